@@ -1,0 +1,118 @@
+"""ResNet family as MindSpore cells: CIFAR-style (6n+2 layers) and ImageNet-style (18/34/50)."""
+
+from mindspore import nn, ops
+
+CIFAR_DEPTHS = {8: 1, 20: 3, 56: 9}  # depth -> basic blocks per stage (depth = 6n + 2)
+IMAGENET_DEPTHS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}
+
+
+def conv3x3(cin, cout, stride=1):
+    return nn.Conv2d(cin, cout, 3, stride=stride, pad_mode="pad", padding=1, has_bias=False)
+
+
+def conv1x1(cin, cout, stride=1):
+    return nn.Conv2d(cin, cout, 1, stride=stride, has_bias=False)
+
+
+class BasicBlock(nn.Cell):
+    """Two 3x3 convolutions with an identity (or 1x1 projection) shortcut."""
+
+    expansion = 1
+
+    def __init__(self, cin, width, stride=1):
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = conv3x3(cin, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, cout)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU()
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.SequentialCell([conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)])
+
+    def construct(self, x):
+        identity = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Cell):
+    """1x1 reduce, 3x3, 1x1 expand (x4), as in ResNet-50."""
+
+    expansion = 4
+
+    def __init__(self, cin, width, stride=1):
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = conv1x1(cin, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = conv1x1(width, cout)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU()
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.SequentialCell([conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)])
+
+    def construct(self, x):
+        identity = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Cell):
+    """stem -> layer1..layerN -> global average pool -> head (dense to num_classes)."""
+
+    def __init__(self, block, blocks_per_stage, width, num_classes, in_channels, large_stem):
+        super().__init__()
+        if large_stem:  # ImageNet stem: 7x7/2 conv and 3x3/2 max pool, for inputs of 64 px and up
+            self.stem = nn.SequentialCell(
+                [
+                    nn.Conv2d(in_channels, width, 7, stride=2, pad_mode="pad", padding=3, has_bias=False),
+                    nn.BatchNorm2d(width),
+                    nn.ReLU(),
+                    nn.MaxPool2d(3, stride=2, pad_mode="same"),
+                ]
+            )
+        else:
+            self.stem = nn.SequentialCell([conv3x3(in_channels, width), nn.BatchNorm2d(width), nn.ReLU()])
+        cin, stages = width, []
+        for i, n in enumerate(blocks_per_stage):
+            w = width * 2**i
+            layers = []
+            for j in range(n):
+                layers.append(block(cin, w, stride=2 if (i > 0 and j == 0) else 1))
+                cin = w * block.expansion
+            stages.append(nn.SequentialCell(layers))
+        # Named attributes (layer1, layer2, ...) give cells the names users pass to amp.keep_fp32.
+        self.layer1 = stages[0]
+        self.layer2 = stages[1]
+        self.layer3 = stages[2]
+        self.layer4 = stages[3] if len(stages) > 3 else None
+        self.mean = ops.ReduceMean(keep_dims=False)
+        self.head = nn.Dense(cin, num_classes)
+
+    def construct(self, x):
+        x = self.layer3(self.layer2(self.layer1(self.stem(x))))
+        if self.layer4 is not None:
+            x = self.layer4(x)
+        return self.head(self.mean(x, (2, 3)))
+
+
+def resnet(style: str, depth: int, width: int, num_classes: int, in_channels: int, image_size: int) -> ResNet:
+    """Build a ResNet of the given style and depth; unknown depths raise ValueError."""
+    if style == "cifar":
+        if depth not in CIFAR_DEPTHS:
+            raise ValueError(f"CIFAR-style ResNet depth must be one of {sorted(CIFAR_DEPTHS)}, got {depth}")
+        return ResNet(BasicBlock, [CIFAR_DEPTHS[depth]] * 3, width, num_classes, in_channels, large_stem=False)
+    if depth not in IMAGENET_DEPTHS:
+        raise ValueError(f"ImageNet-style ResNet depth must be one of {sorted(IMAGENET_DEPTHS)}, got {depth}")
+    kind, blocks = IMAGENET_DEPTHS[depth]
+    block = BasicBlock if kind == "basic" else Bottleneck
+    # Small inputs (CIFAR-size) keep full resolution in the stem, as the usual CIFAR adaptations do.
+    return ResNet(block, blocks, width, num_classes, in_channels, large_stem=image_size >= 64)

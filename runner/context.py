@@ -1,0 +1,32 @@
+"""Consumer of the `device` and `mode` groups: process environment, MindSpore context and seeds."""
+
+import os
+
+ISA_VAR = "ONEDNN_MAX_CPU_ISA"
+
+
+def cap_cpu_isa(device) -> dict:
+    """Set ONEDNN_MAX_CPU_ISA before MindSpore loads when the target may be the CPU; return what was done.
+
+    oneDNN inside MindSpore 2.10 picks a reference convolution kernel on AVX-512 CPUs, ~70x slower
+    than the AVX2 GEMM kernel it picks under the cap (DESIGN.md fact 1). A value the user set wins.
+    """
+    if ISA_VAR in os.environ:
+        return {"value": os.environ[ISA_VAR], "set_by": "user"}
+    if device.target.name in ("gpu", "ascend") or not device.cpu_isa_cap:
+        return {"value": None, "set_by": None}
+    os.environ[ISA_VAR] = device.cpu_isa_cap
+    return {"value": device.cpu_isa_cap, "set_by": "runner"}
+
+
+def setup(cfg) -> str:
+    """Configure MindSpore's context (target and mode) and seed every generator; return the target."""
+    import mindspore as ms
+
+    kwargs = {"mode": ms.GRAPH_MODE if cfg.mode.name.name == "graph" else ms.PYNATIVE_MODE}
+    if cfg.device.target.name != "auto":
+        kwargs["device_target"] = cfg.device.target.name.upper() if cfg.device.target.name != "ascend" else "Ascend"
+        kwargs["device_id"] = cfg.device.id
+    ms.set_context(**kwargs)
+    ms.set_seed(cfg.seed)
+    return ms.get_context("device_target")

@@ -1,0 +1,87 @@
+"""Train-step cells: loss scaling with overflow skip that also runs on CPU, and a jit-compiled variant."""
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore import dtype as mstype
+from mindspore.amp import all_finite
+
+
+class FP32Logits(nn.Cell):
+    """Casts the network's output to FP32 so losses and metrics never run in FP16."""
+
+    def __init__(self, net):
+        super().__init__(auto_prefix=False)
+        self.net = net
+
+    def construct(self, x):
+        return ops.cast(self.net(x), mstype.float32)
+
+
+class ScaledTrainStep(nn.Cell):
+    """One optimizer step with a fixed or dynamic loss scale; returns (loss, overflow, scale).
+
+    MindSpore's Model refuses DynamicLossScaleManager on CPU and TrainOneStepWithLossScaleCell
+    needs NPUGetFloatStatusV2, which the CPU lacks (DESIGN.md fact 2). This cell checks the
+    unscaled gradients with all_finite instead, which every backend has.
+    """
+
+    def __init__(self, loss_net, optimizer, scale_type: str, init: float, factor: float, window: int, drop: bool):
+        super().__init__(auto_prefix=False)
+        self.loss_net = loss_net
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.dynamic = scale_type == "dynamic"
+        self.drop = self.dynamic or drop  # a dynamic scale always skips the step that overflowed
+        self.factor = float(factor)
+        self.window = int(window)
+        scale = float(init) if scale_type != "none" else 1.0
+        self.scale = Parameter(Tensor(scale, mstype.float32), name="loss_scale", requires_grad=False)
+        self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps", requires_grad=False)
+        self.skipped = Parameter(Tensor(0, mstype.int32), name="loss_scale_skipped_steps", requires_grad=False)
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, *inputs):
+        return self.step(*inputs)
+
+    def step(self, *inputs):
+        loss = self.loss_net(*inputs)
+        sens = ops.fill(loss.dtype, loss.shape, 1.0) * ops.cast(self.scale, loss.dtype)
+        grads = self.grad(self.loss_net, self.weights)(*inputs, sens)
+        inv = 1.0 / self.scale
+        grads = self.hyper_map(ops.partial(_unscale, inv), grads)
+        finite = all_finite(grads)
+        overflow = ops.logical_not(finite)
+        one = ops.ones_like(self.skipped)
+        loss = ops.depend(loss, ops.assign_add(self.skipped, ops.select(overflow, one, one - one)))
+        if self.dynamic:
+            loss = ops.depend(loss, self._update_scale(finite))
+        if self.drop:
+            if finite:
+                loss = ops.depend(loss, self.optimizer(grads))
+        else:
+            loss = ops.depend(loss, self.optimizer(grads))
+        return loss, overflow, self.scale
+
+    def _update_scale(self, finite):
+        zero = ops.zeros_like(self.good_steps)
+        good = ops.select(finite, self.good_steps + 1, zero)
+        grow = good >= self.window
+        grown = ops.select(grow, self.scale * self.factor, self.scale)
+        # Never below 1: a scale under 1 would shrink gradients that already underflow.
+        shrunk = ops.maximum(self.scale / self.factor, ops.ones_like(self.scale))
+        new_scale = ops.select(finite, grown, shrunk)
+        ops.assign(self.good_steps, ops.select(grow, zero, good))
+        return ops.assign(self.scale, new_scale)
+
+
+def _unscale(inv, grad):
+    return grad * ops.cast(inv, grad.dtype)
+
+
+class JitScaledTrainStep(ScaledTrainStep):
+    """The same step with its construct compiled by mindspore.jit while the process runs in PyNative."""
+
+    @ms.jit
+    def construct(self, *inputs):
+        return self.step(*inputs)
