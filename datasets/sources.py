@@ -8,9 +8,7 @@ import mindspore.dataset.transforms as T
 import numpy as np
 from mindspore import dtype as mstype
 
-
-class DataError(ValueError):
-    """A data problem the user can fix (missing path, empty folder, ...); its message names it."""
+from runner.errors import DataError
 
 
 @dataclass

@@ -1,7 +1,11 @@
 """`python -m runner [overrides]`: Hydra composes conf/ into the typed config and hands it to run()."""
 
+import sys
+import textwrap
+
 import hydra
 
+from runner.errors import UserError
 from runner.schema import register
 
 register()
@@ -11,7 +15,12 @@ register()
 def main(cfg) -> float:
     from runner.run import run  # MindSpore loads only after the config composed cleanly
 
-    return run(cfg)["val_accuracy"]
+    try:
+        return run(cfg)["val_accuracy"]
+    except UserError as e:
+        # A user's mistake gets one readable paragraph and exit status 2, not a traceback.
+        print(textwrap.fill(f"Error: {e}", width=100), file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
