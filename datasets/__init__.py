@@ -44,11 +44,6 @@ def _image_ops(cfg, padding, channels_on_disk):
 
 def build_data(cfg, padding, batch_size: int, seed: int) -> Data:
     """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed."""
-    if len(cfg.mean) != cfg.channels or len(cfg.std) != cfg.channels:
-        raise DataError(
-            f"data.mean and data.std need {cfg.channels} values (data.channels), "
-            f"got {list(cfg.mean)} and {list(cfg.std)}."
-        )
     ds.config.set_seed(seed)
     src = SOURCES[cfg.name.name](cfg, seed)
     if src.train_size < batch_size:

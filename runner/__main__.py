@@ -7,15 +7,20 @@ import hydra
 
 from runner.errors import UserError
 from runner.schema import register
+from runner.validate import validate
 
 register()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg) -> float:
-    from runner.run import run  # MindSpore loads only after the config composed cleanly
-
     try:
+        if cfg.dry_run:
+            validate(cfg)
+            print("Configuration is valid (dry_run=true: nothing was trained).")
+            return None
+        from runner.run import run  # MindSpore loads only after the config composed cleanly
+
         return run(cfg)["val_accuracy"]
     except UserError as e:
         # A user's mistake gets one readable paragraph and exit status 2, not a traceback.

@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from runner import report
 from runner.context import cap_cpu_isa, setup
+from runner.validate import validate
 
 log = logging.getLogger("runner")
 
@@ -24,6 +25,7 @@ def plan_steps(cfg, steps_per_epoch: int, sink: bool):
 
 def run(cfg) -> dict:
     """Train and evaluate as configured; write the run directory; return the metrics."""
+    validate(cfg)
     run_dir = HydraConfig.get().runtime.output_dir
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
 

@@ -117,6 +117,7 @@ class Config:
     eval: bool = True
     save_checkpoint: bool = True
     experiment_name: str = "default"
+    dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
 
 
 def register() -> None:

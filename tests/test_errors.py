@@ -1,0 +1,111 @@
+"""Bad configuration gets one clear paragraph and a non-zero exit, never a traceback."""
+
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.errors import ConfigError
+from runner.schema import register
+from runner.validate import validate
+
+register()
+
+
+def cli(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    "args,culprit",
+    [
+        (["amp=o5"], "amp/o5"),  # unknown group option
+        (["optim.lrr=0.1"], "lrr"),  # unknown key
+        (["epochs=ten"], "ten"),  # wrong type
+        (["batch_size=-4"], "batch_size must be positive"),
+        (["sink.sink_size=0"], "sink.sink_size"),
+        (["padding.height=0"], "padding.height"),
+        (["amp.loss_scale.factor=1"], "amp.loss_scale.factor"),
+        (["amp.loss_scale.type=dynamic", "amp.loss_scale.drop_overflow_update=true"], "drop_overflow_update"),
+        (["optim.warmup_epochs=50", "epochs=2"], "optim.warmup_epochs"),
+        (["data=imagefolder"], "data.root"),
+        (["+experiment=nope"], "experiment/nope"),  # an override file that does not exist
+        (["--config-path", "/nonexistent/dir", "--config-name", "config"], "/nonexistent/dir"),
+        (["+model._target_=os.system"], "os.system"),  # nothing can smuggle in a callable
+        (["+optim.lrr=0.1"], "optim.lrr"),  # `+` adds keys even to typed nodes: still refused
+    ],
+)
+def test_bad_config_is_one_clear_error(args, culprit):
+    proc = cli(*args, "dry_run=true")
+    assert proc.returncode != 0, proc.stdout
+    assert culprit in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unavailable_device_is_a_clear_error():
+    proc = cli("device=ascend", "epochs=1")
+    assert proc.returncode == 2
+    assert "device=ascend is not usable" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_data_root_is_a_clear_error(tmp_path):
+    proc = cli("data=imagefolder", f"data.root={tmp_path / 'missing'}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2
+    assert str(tmp_path / "missing") in proc.stderr and "Traceback" not in proc.stderr
+
+
+# Values that compose and values that do not, mixed at random: every set must either pass validation or
+# fail with one of the errors the CLI reports cleanly (Hydra's, OmegaConf's or the runner's own).
+POOL = {
+    "amp": ["o0", "o1", "o2", "o3", "auto", "o4", "O2", ""],
+    "mode": ["graph", "pynative", "jit", "grpah", "eager"],
+    "sink": ["on", "off", "maybe"],
+    "model": ["resnet8", "resnet20", "resnet50", "resnet9"],
+    "data": ["digits", "synthetic", "imagefolder", "mnist"],
+    "optim": ["momentum", "adam", "lamb"],
+    "device": ["auto", "cpu", "gpu", "tpu"],
+    "batch_size": ["32", "0", "-1", "1.5", "abc", "null"],
+    "epochs": ["1", "0", "x"],
+    "sink.sink_size": ["-1", "8", "0", "-5", "big"],
+    "amp.loss_scale.type": ["none", "fixed", "dynamic", "static"],
+    "amp.loss_scale.init": ["1024", "0", "-1", "inf"],
+    "padding.height": ["16", "0", "-8", "1e3"],
+    "optim.lr": ["0.1", "0", "-0.1", "fast"],
+    "data.val_fraction": ["0.2", "0", "1.5"],
+    "model.num_classes": ["null", "10", "0"],
+    "seed": ["0", "7", "-1", "s"],
+    "optim.lr_typo": ["0.1"],
+}
+
+
+def test_fuzz_random_override_sets():
+    rng = random.Random(0)
+    outcomes = {"ok": 0, "error": 0}
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for _ in range(300):
+            keys = rng.sample(sorted(POOL), rng.randint(1, 5))
+            overrides = [f"{k}={rng.choice(POOL[k])}" for k in keys]
+            try:
+                validate(compose("config", overrides=overrides))
+                outcomes["ok"] += 1
+            except (HydraException, OmegaConfBaseException, ConfigError) as e:
+                assert str(e).strip(), overrides  # an error with something to say
+                outcomes["error"] += 1
+    assert outcomes["ok"] > 20 and outcomes["error"] > 20, outcomes
+
+
+def test_fuzz_through_the_cli():
+    rng = random.Random(1)
+    for _ in range(8):
+        keys = rng.sample(sorted(POOL), 3)
+        proc = cli(*(f"{k}={rng.choice(POOL[k])}" for k in keys), "dry_run=true")
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert (proc.returncode == 0) == ("Configuration is valid" in proc.stdout)
