@@ -6,6 +6,7 @@ import textwrap
 import hydra
 
 from runner.errors import UserError
+from runner.preflight import check_output_dir
 from runner.schema import register
 from runner.validate import validate
 
@@ -29,4 +30,5 @@ def main(cfg) -> float:
 
 
 if __name__ == "__main__":
+    check_output_dir(sys.argv[1:])
     main()

@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from runner import report
 from runner.context import cap_cpu_isa, setup
+from runner.errors import as_out_of_memory
 from runner.validate import validate
 
 log = logging.getLogger("runner")
@@ -61,7 +62,10 @@ def run(cfg) -> dict:
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
-    model.train(train_epochs, data.train, callbacks=[monitor], dataset_sink_mode=sink, sink_size=sink_size)
+    try:
+        model.train(train_epochs, data.train, callbacks=[monitor], dataset_sink_mode=sink, sink_size=sink_size)
+    except (RuntimeError, MemoryError) as e:
+        raise as_out_of_memory(e, cfg.batch_size) or e
 
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
     losses = monitor.losses()

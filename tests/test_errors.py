@@ -1,5 +1,6 @@
 """Bad configuration gets one clear paragraph and a non-zero exit, never a traceback."""
 
+import os
 import random
 import subprocess
 import sys
@@ -109,3 +110,44 @@ def test_fuzz_through_the_cli():
         proc = cli(*(f"{k}={rng.choice(POOL[k])}" for k in keys), "dry_run=true")
         assert "Traceback" not in proc.stderr, proc.stderr
         assert (proc.returncode == 0) == ("Configuration is valid" in proc.stdout)
+
+
+@pytest.mark.slow
+def test_out_of_memory_names_batch_size(tmp_path):
+    import resource
+
+    def cap_memory():  # a 6 GB address space: ResNet-50 at 128 px, batch 256, cannot allocate
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    args = ["data=synthetic", "data.image_size=128", "padding.height=128", "padding.width=128", "model=resnet50"]
+    args += ["batch_size=256", "data.num_samples=330", "epochs=1", "eval=false", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True, preexec_fn=cap_memory
+    )
+    assert proc.returncode == 2
+    assert "Out of memory while training with batch_size=256" in proc.stderr
+    assert "batch_size=128" in proc.stderr and "Traceback" not in proc.stderr
+    assert (tmp_path / ".hydra" / "config.yaml").exists()  # what was saved stays
+
+
+def test_unwritable_output_dir_is_a_clear_error():
+    proc = cli("hydra.run.dir=/proc/runner-outputs", "dry_run=true")
+    assert proc.returncode == 2
+    assert "/proc/runner-outputs" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_runs_started_together_get_their_own_directories(tmp_path):
+    # The default hydra.run.dir, from a scratch working directory: three runs in the same second.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "runner", "dry_run=true"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 3
