@@ -65,7 +65,10 @@ def run(cfg) -> dict:
     try:
         model.train(train_epochs, data.train, callbacks=[monitor], dataset_sink_mode=sink, sink_size=sink_size)
     except (RuntimeError, MemoryError) as e:
-        raise as_out_of_memory(e, cfg.batch_size) or e
+        oom = as_out_of_memory(e, cfg.batch_size)
+        if oom is None:
+            raise
+        raise oom from None
 
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
     losses = monitor.losses()
