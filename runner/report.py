@@ -1,5 +1,6 @@
 """What every run leaves behind: metrics.json, a re-runnable config.yaml, an FP32 checkpoint, a summary."""
 
+import glob
 import json
 import os
 import platform
@@ -53,8 +54,12 @@ def save_checkpoint(net, path: str) -> None:
     import mindspore as ms
 
     tmp = path + ".tmp.ckpt"
-    ms.save_checkpoint(net, tmp)
-    os.replace(tmp, path)
+    try:
+        ms.save_checkpoint(net, tmp)
+        os.replace(tmp, path)
+    finally:  # MindSpore writes through a temporary of its own; leave no partial file behind
+        for leftover in glob.glob(glob.escape(path + ".tmp") + "*"):
+            os.remove(leftover)
 
 
 def summary_line(m: dict) -> str:

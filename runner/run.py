@@ -9,7 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from runner import report
 from runner.context import cap_cpu_isa, setup
-from runner.errors import as_out_of_memory
+from runner.errors import UserError, as_out_of_memory
 from runner.validate import validate
 
 log = logging.getLogger("runner")
@@ -98,10 +98,17 @@ def run(cfg) -> dict:
         "versions": report.versions(),
         "run_dir": run_dir,
     }
-    report.write_config(run_dir, cfg)
-    if cfg.save_checkpoint:
-        metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
-        report.save_checkpoint(net, metrics["checkpoint"])
-    report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+    try:  # the numbers first: a checkpoint that cannot be written must not take them with it
+        report.write_config(run_dir, cfg)
+        report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+        if cfg.save_checkpoint:
+            report.save_checkpoint(net, os.path.join(run_dir, "model.ckpt"))
+            metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
+            report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+    except (OSError, RuntimeError) as e:
+        raise UserError(
+            f"Could not write the run's outputs in {run_dir}: {e}. Free space or choose another "
+            "hydra.run.dir; the files already there are complete."
+        ) from None
     print(report.summary_line(metrics), flush=True)
     return metrics

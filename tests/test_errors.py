@@ -1,5 +1,6 @@
 """Bad configuration gets one clear paragraph and a non-zero exit, never a traceback."""
 
+import json
 import os
 import random
 import subprocess
@@ -151,3 +152,26 @@ def test_runs_started_together_get_their_own_directories(tmp_path):
     ]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     assert len(list((tmp_path / "outputs").glob("*/*"))) == 3
+
+
+def test_labels_outside_model_classes(tmp_path):
+    proc = cli("model.num_classes=5", "epochs=1", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert "model.num_classes=5" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_disk_full_keeps_what_was_written(tmp_path, tiny):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    # A 48 KiB file system: room for config and metrics, not for the checkpoint.
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        proc = cli(*tiny, f"hydra.run.dir={mnt / 'run'}")
+        assert proc.returncode == 2
+        assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+        files = sorted(p.name for p in (mnt / "run").iterdir())
+        assert files == [".hydra", "config.yaml", "metrics.json", "runner.log"]  # complete; no partial ckpt
+        assert json.loads((mnt / "run" / "metrics.json").read_text())["final_loss"] > 0
+    finally:
+        subprocess.run(["umount", str(mnt)])
