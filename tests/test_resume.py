@@ -92,3 +92,21 @@ def test_rotation_keeps_last_n_and_best(tmp_path):
 def test_resume_from_nothing_is_a_user_error(tmp_path):
     proc = run_cli(tmp_path / "run", *TINY, f"resume={tmp_path}/nowhere", check=False)
     assert proc.returncode == 2 and "resume=" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_keep_best_off_keeps_only_the_last(tmp_path):
+    from mindspore import nn
+
+    from runner.checkpoints import Checkpointer
+
+    cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, on_signal=True)
+    monitor = SimpleNamespace(outputs=[], losses=lambda: np.zeros(0, np.float32))
+    ck = Checkpointer(cfg, str(tmp_path), steps_per_epoch=10, start={}, monitor=monitor)
+    for step, loss in zip((10, 20, 30), (0.1, 0.5, 0.7)):
+        ck.save(SimpleNamespace(train_network=nn.Dense(2, 2), cur_step_num=step), best_loss=loss)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step_00000030.ckpt"]
+
+
+def test_every_epochs_zero_saves_no_periodic_checkpoint(tmp_path):
+    run_cli(tmp_path, *TINY, "eval=false", "checkpoint.every_epochs=0")
+    assert not (tmp_path / "checkpoints").exists() and (tmp_path / "model.ckpt").exists()
