@@ -42,8 +42,11 @@ def _image_ops(cfg, padding, channels_on_disk):
     return ops
 
 
-def build_data(cfg, padding, batch_size: int, seed: int) -> Data:
-    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed."""
+def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
+    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
+
+    shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
+    """
     ds.config.set_seed(seed)
     src = SOURCES[cfg.name.name](cfg, seed)
     if src.train_size < batch_size:
@@ -51,6 +54,8 @@ def build_data(cfg, padding, batch_size: int, seed: int) -> Data:
             f"The training set has {src.train_size} samples, fewer than one batch of {batch_size}: "
             "lower batch_size or add data."
         )
+    if shard is not None:
+        src.train.use_sampler(ds.DistributedSampler(shard[0], shard[1], shuffle=False))
     ops = _image_ops(cfg, padding, src.channels_on_disk)
     workers = cfg.num_parallel_workers
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.

@@ -7,7 +7,7 @@ import os
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
 
-from runner import report
+from runner import distributed, report
 from runner.context import cap_cpu_isa, setup
 from runner.errors import UserError, as_out_of_memory
 from runner.validate import validate
@@ -28,17 +28,22 @@ def run(cfg) -> dict:
     """Train and evaluate as configured; write the run directory; return the metrics."""
     validate(cfg)
     run_dir = HydraConfig.get().runtime.output_dir
+    if distributed.should_launch(cfg):
+        return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
 
     from datasets import build_data
     from models import build_model
     from runner.amp import build_trainer
+    from runner.checkpoints import Checkpointer, find_resume, restore
     from runner.monitor import RunMonitor
     from runner.optim import build_optimizer
 
     target = setup(cfg)
     mode = cfg.mode.name.name
-    data = build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed)
+    rank, world = distributed.init(cfg)
+    batch = distributed.local_batch(cfg, world)
+    data = build_data(cfg.data, cfg.padding, batch, cfg.seed, shard=(world, rank) if world > 1 else None)
     net = build_model(cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     # MindSpore 2.10's Model.train silently trains without sink on CPU (train/model.py), reading
     # epochs as whole passes; say so instead of pretending, and plan the steps it will really run.
@@ -59,19 +64,32 @@ def run(cfg) -> dict:
         )
 
     monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size)
+    start = find_resume(cfg.resume, run_dir)
+    initial_epoch = restore(step_cell, start, data.train, total_steps // train_epochs, total_steps) if start else 0
+    ckpt = Checkpointer(
+        cfg.checkpoint, os.path.join(run_dir, "checkpoints"), data.steps_per_epoch, start, monitor, rank == 0
+    )
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
     try:
-        model.train(train_epochs, data.train, callbacks=[monitor], dataset_sink_mode=sink, sink_size=sink_size)
+        model.train(
+            train_epochs,
+            data.train,
+            [monitor, ckpt],
+            dataset_sink_mode=sink,
+            sink_size=sink_size,
+            initial_epoch=initial_epoch,
+        )
     except (RuntimeError, MemoryError) as e:
         oom = as_out_of_memory(e, cfg.batch_size)
         if oom is None:
             raise
         raise oom from None
+    ckpt.exit_if_interrupted()
 
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
-    losses = monitor.losses()
+    losses = ckpt.losses()
     scale = step_cell.scale if hasattr(step_cell, "scale") else step_cell.loss_scaling_manager.get_loss_scale()
     metrics = {
         "val_accuracy": float(val["accuracy"]) if val else None,
@@ -97,7 +115,13 @@ def run(cfg) -> dict:
         "val_samples": data.val_size,
         "versions": report.versions(),
         "run_dir": run_dir,
+        "resumed_from": start.get("path"),
+        "distributed": {"workers": world, "per_rank_batch": batch},
     }
+    if world > 1:
+        distributed.write_rank_record(run_dir, rank, net, float(losses[-1]))
+        if rank != 0:
+            return metrics  # rank 0 writes the run's outputs
     try:  # the numbers first: a checkpoint that cannot be written must not take them with it
         report.write_config(run_dir, cfg)
         report.write_json(os.path.join(run_dir, "metrics.json"), metrics)

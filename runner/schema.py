@@ -100,6 +100,29 @@ class DeviceConfig:
     cpu_isa_cap: str = "AVX2"  # ONEDNN_MAX_CPU_ISA on CPU; "" leaves oneDNN's own choice
 
 
+# --- issue 6: distributed (msrun data parallel), checkpoints and resume --------------------------
+DistMode = Enum("DistMode", {n: n for n in ["none", "dp"]})
+
+
+@dataclass
+class DistributedConfig:
+    mode: DistMode = DistMode.none
+    workers: int = 1  # total ranks (msrun --worker_num)
+    local_workers: Optional[int] = None  # ranks on this node (msrun --local_worker_num); None = workers
+    node_rank: int = 0  # this node's index when several nodes train together
+    master_addr: str = "127.0.0.1"  # the address of node 0 (msrun's scheduler)
+    master_port: int = 0  # 0: pick a free port (single node only)
+    timeout_s: int = 120  # msrun --cluster_time_out: how long ranks wait for each other to join
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = 1  # save a resumable checkpoint every N epochs; 0 = only on a signal
+    keep_last: int = 2  # resumable checkpoints kept besides the best one
+    keep_best: bool = True  # also keep the checkpoint with the lowest epoch-mean training loss
+    on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -118,6 +141,10 @@ class Config:
     save_checkpoint: bool = True
     experiment_name: str = "default"
     dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
+    # issue 6: see DistributedConfig / CheckpointConfig above.
+    distributed: DistributedConfig = MISSING
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
 
 
 def register() -> None:

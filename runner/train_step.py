@@ -4,6 +4,8 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.amp import all_finite
+from mindspore.context import ParallelMode
+from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 
 class FP32Logits(nn.Cell):
@@ -40,6 +42,11 @@ class ScaledTrainStep(nn.Cell):
         self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps", requires_grad=False)
         self.skipped = Parameter(Tensor(0, mstype.int32), name="loss_scale_skipped_steps", requires_grad=False)
         self.hyper_map = ops.HyperMap()
+        # Under data parallel (msrun) a custom train cell must average gradients itself, as
+        # nn.TrainOneStepCell does; before the finiteness check, so every rank skips the same steps.
+        self.grad_reducer = nn.Identity()
+        if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
+            self.grad_reducer = nn.DistributedGradReducer(self.weights, _get_gradients_mean(), _get_device_num())
 
     def construct(self, *inputs):
         return self.step(*inputs)
@@ -48,6 +55,7 @@ class ScaledTrainStep(nn.Cell):
         loss = self.loss_net(*inputs)
         sens = ops.fill(loss.dtype, loss.shape, 1.0) * ops.cast(self.scale, loss.dtype)
         grads = self.grad(self.loss_net, self.weights)(*inputs, sens)
+        grads = self.grad_reducer(grads)
         inv = 1.0 / self.scale
         grads = self.hyper_map(ops.partial(_unscale, inv), grads)
         finite = all_finite(grads)
