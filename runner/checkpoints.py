@@ -92,17 +92,13 @@ class Checkpointer(Callback):
 
     def save(self, cb, best_loss) -> str:
         """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best."""
-        import mindspore as ms
-
         step = self.global_step(cb)
         name = f"step_{step:08d}.ckpt"
         path = os.path.join(self.dir, name)
         if not self.writer:
             return path
         os.makedirs(self.dir, exist_ok=True)
-        tmp = os.path.join(self.dir, f".{name[:-5]}.partial.ckpt")
-        ms.save_checkpoint(cb.train_network, tmp, append_dict={STEP_KEY: step})
-        os.replace(tmp, path)
+        report.save_checkpoint(cb.train_network, path, append_dict={STEP_KEY: step})
         if name not in self.kept:
             self.kept.append(name)
         if best_loss is not None and self.cfg.keep_best and (self.best is None or best_loss < self.best["loss"]):

@@ -49,13 +49,13 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(net, path: str) -> None:
-    """Save the network's (FP32 master) weights in MindSpore's format, atomically."""
+def save_checkpoint(net, path: str, append_dict=None) -> None:
+    """Save a cell's (FP32 master) weights in MindSpore's format, atomically; never a partial file."""
     import mindspore as ms
 
     tmp = path + ".tmp.ckpt"
     try:
-        ms.save_checkpoint(net, tmp)
+        ms.save_checkpoint(net, tmp, append_dict=append_dict)
         os.replace(tmp, path)
     finally:  # MindSpore writes through a temporary of its own; leave no partial file behind
         for leftover in glob.glob(glob.escape(path + ".tmp") + "*"):

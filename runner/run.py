@@ -86,6 +86,8 @@ def run(cfg) -> dict:
         if oom is None:
             raise
         raise oom from None
+    except OSError as e:  # a checkpoint written during training (disk full, directory gone)
+        raise UserError(f"Could not write a checkpoint in {run_dir}: {e}. Earlier checkpoints are intact.") from None
     ckpt.exit_if_interrupted()
 
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
