@@ -39,6 +39,8 @@ def _image_ops(cfg, padding, channels_on_disk):
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB))
     # ToTensor scales to [0, 1] and makes CHW, also from the 2-D arrays grayscale conversion leaves.
     ops += _shape_ops(padding) + [V.ToTensor(), V.Normalize(list(cfg.mean), list(cfg.std), is_hwc=False)]
+    if cfg.input_scale != 1.0:  # data.input_scale: a reproducible FP16 overflow (issue 3), off by default
+        ops.append(V.Rescale(cfg.input_scale, 0.0))
     return ops
 
 

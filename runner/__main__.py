@@ -25,7 +25,9 @@ def main(cfg) -> float:
         return run(cfg)["val_accuracy"]
     except UserError as e:
         # A user's mistake gets one readable paragraph and exit status 2, not a traceback.
-        print(textwrap.fill(f"Error: {e}", width=100), file=sys.stderr, flush=True)
+        # Paths must stay copyable: never break inside them.
+        text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
+        print(text, file=sys.stderr, flush=True)
         sys.exit(2)
 
 

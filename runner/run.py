@@ -3,8 +3,8 @@
 import logging
 import math
 import os
+from functools import partial
 
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 
 from runner import distributed, report
@@ -37,6 +37,7 @@ def run(cfg) -> dict:
     from runner.amp import build_trainer
     from runner.checkpoints import Checkpointer, find_resume, restore
     from runner.monitor import RunMonitor
+    from runner.nan_guard import attach
     from runner.optim import build_optimizer
 
     target = setup(cfg)
@@ -44,7 +45,8 @@ def run(cfg) -> dict:
     rank, world = distributed.init(cfg)
     batch = distributed.local_batch(cfg, world)
     data = build_data(cfg.data, cfg.padding, batch, cfg.seed, shard=(world, rank) if world > 1 else None)
-    net = build_model(cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    net = make_net()
     # MindSpore 2.10's Model.train silently trains without sink on CPU (train/model.py), reading
     # epochs as whole passes; say so instead of pretending, and plan the steps it will really run.
     sink = cfg.sink.enabled and target != "CPU"
@@ -55,7 +57,9 @@ def run(cfg) -> dict:
         )
     total_steps, train_epochs, sink_size = plan_steps(cfg, data.steps_per_epoch, sink)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, total_steps)
-    model, step_cell, evaluator, amp_used = build_trainer(net, cfg.amp, optimizer, mode, target, run_dir)
+    model, step_cell, evaluator, amp_used = build_trainer(
+        net, cfg.amp, optimizer, mode, target, run_dir, grad_stats=cfg.diagnose.enabled
+    )
     if amp_used["amp_level_used"] != "O0" and target == "CPU":
         log.warning(
             "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
@@ -69,6 +73,7 @@ def run(cfg) -> dict:
     ckpt = Checkpointer(
         cfg.checkpoint, os.path.join(run_dir, "checkpoints"), data.steps_per_epoch, start, monitor, rank == 0
     )
+    watch, amp_callbacks = attach(cfg, run_dir, net, step_cell, amp_used)  # loss-scale trace + NaN guard
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
@@ -76,7 +81,7 @@ def run(cfg) -> dict:
         model.train(
             train_epochs,
             data.train,
-            [monitor, ckpt],
+            [monitor, *amp_callbacks, ckpt],
             dataset_sink_mode=sink,
             sink_size=sink_size,
             initial_epoch=initial_epoch,
@@ -89,10 +94,10 @@ def run(cfg) -> dict:
     except OSError as e:  # a checkpoint written during training (disk full, directory gone)
         raise UserError(f"Could not write a checkpoint in {run_dir}: {e}. Earlier checkpoints are intact.") from None
     ckpt.exit_if_interrupted()
+    failure = watch.finish(make_net)  # None, or the error raised once the outputs are saved
 
-    val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
+    val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval and not failure else {}
     losses = ckpt.losses()
-    scale = step_cell.scale if hasattr(step_cell, "scale") else step_cell.loss_scaling_manager.get_loss_scale()
     metrics = {
         "val_accuracy": float(val["accuracy"]) if val else None,
         "val_loss": float(val["loss"]) if val else None,
@@ -101,11 +106,7 @@ def run(cfg) -> dict:
         **monitor.timing(),
         "compile_count": len(getattr(step_cell, "compile_cache", ())),
         "peak_host_memory_mb": report.peak_rss_mb(),
-        "loss_scale": {
-            "type": amp_used["loss_scale_type_used"],
-            "final": float(np.asarray(scale.asnumpy() if hasattr(scale, "asnumpy") else scale)),
-            "skipped_steps": int(step_cell.skipped.asnumpy()) if hasattr(step_cell, "skipped") else None,
-        },
+        **watch.metrics(),
         **amp_used,
         "mode": mode,
         "device_target": target,
@@ -127,7 +128,7 @@ def run(cfg) -> dict:
     try:  # the numbers first: a checkpoint that cannot be written must not take them with it
         report.write_config(run_dir, cfg)
         report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
-        if cfg.save_checkpoint:
+        if cfg.save_checkpoint and not failure:
             report.save_checkpoint(net, os.path.join(run_dir, "model.ckpt"))
             metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
             report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
@@ -136,5 +137,7 @@ def run(cfg) -> dict:
             f"Could not write the run's outputs in {run_dir}: {e}. Free space or choose another "
             "hydra.run.dir; the files already there are complete."
         ) from None
+    if failure:
+        raise failure
     print(report.summary_line(metrics), flush=True)
     return metrics

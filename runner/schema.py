@@ -42,6 +42,8 @@ class LossScaleConfig:
 class AmpConfig:
     level: AmpLevel = MISSING
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
+    # Cell names kept FP32 under O1-O3 (dotted, prefix or glob; see runner/fp32_islands.py).
+    keep_fp32: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class DataConfig:
     num_parallel_workers: int = 2
     mean: List[float] = field(default_factory=lambda: [0.5])
     std: List[float] = field(default_factory=lambda: [0.5])
+    input_scale: float = 1.0  # multiplies the normalised images (a fault to test AMP: 1e5 overflows FP16)
 
 
 @dataclass
@@ -123,6 +126,20 @@ class CheckpointConfig:
     on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
 
 
+# ---- issue 3: mixed precision you can trust (loss-scale trace, NaN guard, diagnosis) ----
+@dataclass
+class DiagnoseConfig:
+    enabled: bool = False  # per-cell gradient statistics and input checks (grad_stats.jsonl)
+    every: Optional[int] = None  # steps between gradient statistics; None: log_every
+    # NaN guard (always on): stop after this many consecutive overflowing steps that the loss scale
+    # can no longer answer (dynamic scale at its floor of 1, or a fixed scale). A non-finite loss stops at once.
+    patience: int = 10
+    max_islands: int = 4  # FP32 islands the diagnosis may add while it searches for a fix
+
+
+# ---- end issue 3 ----
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -133,6 +150,7 @@ class Config:
     data: DataConfig = MISSING
     optim: OptimConfig = MISSING
     device: DeviceConfig = MISSING
+    diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     seed: int = 0
     epochs: int = 10
     batch_size: int = 64

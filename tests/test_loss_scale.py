@@ -35,9 +35,10 @@ def test_dynamic_overflow_skips_step_and_halves_scale(mode):
     # A scale of 3e38 makes the scaled FP32 gradients overflow to inf.
     net, step = _step("dynamic", 3e38, mode=mode)
     before = _weights(net)
-    loss, overflow, scale = step(X, Y)
+    loss, overflow, used = step(X, Y)
     assert bool(overflow.asnumpy()) is True
-    assert float(scale.asnumpy()) == pytest.approx(1.5e38)
+    assert float(used.asnumpy()) == pytest.approx(3e38)  # the step reports the scale it used
+    assert float(step.scale.asnumpy()) == pytest.approx(1.5e38)  # and halves it for the next
     assert int(step.skipped.asnumpy()) == 1
     np.testing.assert_array_equal(_weights(net), before)  # the update was skipped
     assert np.isfinite(loss.asnumpy())
@@ -46,8 +47,9 @@ def test_dynamic_overflow_skips_step_and_halves_scale(mode):
 def test_dynamic_scale_grows_after_window_good_steps():
     net, step = _step("dynamic", 8.0, window=2)
     before = _weights(net)
-    scales = [float(step(X, Y)[2].asnumpy()) for _ in range(4)]
-    assert scales == [8.0, 16.0, 16.0, 32.0]
+    used = [float(step(X, Y)[2].asnumpy()) for _ in range(4)]
+    assert used == [8.0, 8.0, 16.0, 16.0]  # doubled after every 2 good steps
+    assert float(step.scale.asnumpy()) == 32.0
     assert int(step.skipped.asnumpy()) == 0
     assert not np.array_equal(_weights(net), before)
 
