@@ -30,6 +30,7 @@ def run(cfg) -> dict:
     from datasets import build_data
     from models import build_model
     from runner.amp import build_trainer
+    from runner.loggers import build_logger
     from runner.monitor import RunMonitor
     from runner.optim import build_optimizer
 
@@ -55,7 +56,8 @@ def run(cfg) -> dict:
             amp_used["amp_level_used"],
         )
 
-    monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size)
+    logger = build_logger(cfg.logger, cfg, run_dir)
+    monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size, logger)
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
@@ -93,6 +95,8 @@ def run(cfg) -> dict:
     if cfg.save_checkpoint:
         metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
         report.save_checkpoint(net, metrics["checkpoint"])
+    metrics.update(report.measure(cfg, net, data, monitor, metrics))  # FLOPs, device memory, advice, plot
     report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+    report.finish(run_dir, metrics, logger)
     print(report.summary_line(metrics), flush=True)
     return metrics

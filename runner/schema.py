@@ -100,6 +100,24 @@ class DeviceConfig:
     cpu_isa_cap: str = "AVX2"  # ONEDNN_MAX_CPU_ISA on CPU; "" leaves oneDNN's own choice
 
 
+# ---- Measurement, loggers and the tuning ladder (issue 4) ----------------------------------------
+
+LoggerName = Enum("LoggerName", {n: n for n in ["csv", "tensorboard", "mlflow"]})
+
+
+@dataclass
+class LoggerConfig:
+    name: LoggerName = MISSING
+    tracking_uri: Optional[str] = None  # mlflow only; None: file store in outputs/mlruns
+    experiment: Optional[str] = None  # mlflow experiment; None: the run's experiment_name
+
+
+@dataclass
+class LadderConfig:
+    batch_size: int = 32  # the rungs before "larger batch"
+    large_batch_size: int = 128  # the "larger batch" rung and after
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -117,6 +135,9 @@ class Config:
     eval: bool = True
     save_checkpoint: bool = True
     experiment_name: str = "default"
+    # issue 4 (measurement): see the block above.
+    logger: LoggerConfig = MISSING
+    ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
 
 
 def register() -> None:
