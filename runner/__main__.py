@@ -1,12 +1,18 @@
 """`python -m runner [overrides]`: Hydra composes conf/ into the typed config and hands it to run()."""
 
+import math
+import os
 import sys
 import textwrap
+import traceback
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 
 from runner.errors import UserError
 from runner.preflight import check_output_dir
+from runner.report import write_json
 from runner.schema import register
 from runner.validate import validate
 
@@ -23,14 +29,31 @@ def main(cfg) -> float:
         from runner.run import run  # MindSpore loads only after the config composed cleanly
 
         return run(cfg)["val_accuracy"]
-    except UserError as e:
-        # A user's mistake gets one readable paragraph and exit status 2, not a traceback.
-        # Paths must stay copyable: never break inside them.
-        text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
-        print(text, file=sys.stderr, flush=True)
-        sys.exit(2)
+    except Exception as e:
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            if not isinstance(e, UserError):
+                raise
+            _print_user_error(e)
+            sys.exit(2)
+        # In a sweep a failed job is recorded for the summary (runner/sweep.py) and the others go on.
+        if isinstance(e, UserError):
+            _print_user_error(e)
+        else:
+            traceback.print_exc()
+        job_dir = HydraConfig.get().runtime.output_dir
+        write_json(os.path.join(job_dir, "failed.json"), {"error": str(e), "error_type": type(e).__name__})
+        return math.nan
+
+
+def _print_user_error(e: UserError) -> None:
+    """A user's mistake gets one readable paragraph, not a traceback; paths are never broken."""
+    text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
+    print(text, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
     check_output_dir(sys.argv[1:])
     main()
+    from runner.sweep import failed_jobs
+
+    sys.exit(1 if failed_jobs() else 0)

@@ -1,12 +1,15 @@
 """A MindSpore callback that times every step (or sink) and logs every `log_every` steps."""
 
 import logging
+import sys
 import time
 
 import numpy as np
 from mindspore.train import Callback
 
 log = logging.getLogger("runner")
+
+PROGRESS_AFTER_S = 3.0  # a progress bar only for runs that last longer than this
 
 
 def _first(outputs):
@@ -17,22 +20,33 @@ class RunMonitor(Callback):
     """Records wall time per step call and the step outputs; syncs with the device only to log.
 
     The outputs are kept as Tensors and read after training, so recording adds no host-device
-    synchronisation per step (the tuning guide's warning about printing every step).
+    synchronisation per step (the tuning guide's warning about printing every step): per step it
+    costs two perf_counter calls and two list appends.
     """
 
-    def __init__(self, log_every: int, total_steps: int, batch_size: int):
+    def __init__(self, log_every: int, total_steps: int, batch_size: int, logger=None):
         super().__init__()
         self.log_every = max(1, log_every)
         self.total_steps = total_steps
         self.batch_size = batch_size
+        self.logger = logger  # runner/loggers.py: receives the values that are logged anyway
         self.intervals = []  # seconds between consecutive step-end events
+        self.gaps = []  # seconds from a step's end to the next step's begin: host-side work
         self.steps = []  # cur_step_num at each step-end (sink mode advances by sink_size)
         self.outputs = []
         self._last = None
+        self._begin = None
         self._logged = 0
+        self._start = None
+        self._bar = None
 
     def on_train_begin(self, run_context):
-        self._last = time.perf_counter()
+        self._start = self._last = time.perf_counter()
+
+    def on_train_step_begin(self, run_context):
+        self._begin = time.perf_counter()
+        if self.steps:
+            self.gaps.append(self._begin - self._last)
 
     def on_train_step_end(self, run_context):
         now = time.perf_counter()
@@ -41,18 +55,33 @@ class RunMonitor(Callback):
         self._last = now
         self.steps.append(cb.cur_step_num)
         self.outputs.append(cb.net_outputs)
+        if self._bar is None and now - self._start > PROGRESS_AFTER_S and sys.stdout.isatty():
+            self._bar = _ProgressBar(self.total_steps)
+        if self._bar is not None:
+            self._bar.update(cb.cur_step_num)
         if cb.cur_step_num // self.log_every > self._logged or cb.cur_step_num == self.total_steps:
             self._logged = cb.cur_step_num // self.log_every
-            loss = float(_first(cb.net_outputs).asnumpy())
-            per_step = self.intervals[-1] / self.steps_in_last_call() * 1000
-            log.info(
-                "epoch %d step %d/%d loss %.4f step %.1f ms",
-                cb.cur_epoch_num,
-                cb.cur_step_num,
-                self.total_steps,
-                loss,
-                per_step,
-            )
+            self._log(cb)
+
+    def on_train_end(self, run_context):
+        if self._bar is not None:
+            self._bar.close()
+
+    def _log(self, cb):
+        loss = float(_first(cb.net_outputs).asnumpy())  # the one host-device sync, every log_every
+        per_step = self.intervals[-1] / self.steps_in_last_call() * 1000
+        log.info(
+            "epoch %d step %d/%d loss %.4f step %.1f ms",
+            cb.cur_epoch_num,
+            cb.cur_step_num,
+            self.total_steps,
+            loss,
+            per_step,
+        )
+        if self._bar is not None:
+            self._bar.show(loss, per_step)
+        if self.logger is not None:
+            self.logger.log_metrics({"train/loss": loss, "train/step_time_ms": per_step}, cb.cur_step_num)
 
     def steps_in_last_call(self) -> int:
         return self.steps[-1] - (self.steps[-2] if len(self.steps) > 1 else 0)
@@ -60,6 +89,17 @@ class RunMonitor(Callback):
     def losses(self) -> np.ndarray:
         """Loss at the end of every step call, as float32."""
         return np.array([float(_first(o).asnumpy()) for o in self.outputs], dtype=np.float32)
+
+    def series(self) -> dict:
+        """Per step call: step number, loss, loss scale (None without one) and step time in ms."""
+        counts = np.diff([0] + self.steps)
+        scales = [_scale(o) for o in self.outputs]
+        return {
+            "step": list(self.steps),
+            "loss": self.losses().tolist(),
+            "loss_scale": scales if all(s is not None for s in scales) else None,
+            "step_time_ms": (np.array(self.intervals) / counts * 1000).tolist(),
+        }
 
     def timing(self) -> dict:
         """Compile time (first call minus a steady call) and steady-state per-step statistics."""
@@ -77,5 +117,50 @@ class RunMonitor(Callback):
             "step_time_p90_ms": float(np.percentile(steady, 90)) * 1000,
             "throughput_samples_per_s": steady_steps * self.batch_size / steady_time,
             "train_seconds": float(np.sum(self.intervals)),
+            # Between a step's end and the next step's begin: data fetch, callbacks, Python.
+            "host_fraction": float(np.sum(self.gaps) / steady_time) if self.gaps else None,
             "steps": int(self.steps[-1]),
         }
+
+
+def _scale(outputs):
+    """The loss scale a loss-scale train cell returns third; None for a cell without one."""
+    if isinstance(outputs, (tuple, list)) and len(outputs) >= 3:
+        return float(np.asarray(outputs[2].asnumpy()).reshape(-1)[0])
+    return None
+
+
+class _ProgressBar:
+    """rich's progress bar on a terminal; the runner's console log lines pause while it shows."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+        )
+        self.task = self.progress.add_task("train", total=total, info="")
+        # Hydra's console handler writes to the real stdout, under the bar; runner.log keeps every line.
+        self.filtered = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
+        for h in self.filtered:
+            h.addFilter(self._hide_runner)
+        self.progress.start()
+
+    @staticmethod
+    def _hide_runner(record) -> bool:
+        return record.name != "runner"
+
+    def update(self, step: int):
+        self.progress.update(self.task, completed=step)
+
+    def show(self, loss: float, step_ms: float):
+        self.progress.update(self.task, info=f"loss {loss:.4f}  step {step_ms:.1f} ms")
+
+    def close(self):
+        self.progress.stop()
+        for h in self.filtered:
+            h.removeFilter(self._hide_runner)

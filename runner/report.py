@@ -65,8 +65,43 @@ def save_checkpoint(net, path: str, append_dict=None) -> None:
 def summary_line(m: dict) -> str:
     """The one line a user reads at the end of a run."""
     acc = f"val_acc {m['val_accuracy']:.4f}" if m.get("val_accuracy") is not None else "val_acc -"
+    flops = m.get("flops") or {}
+    util = f" ({flops['utilization']:.0%} of matmul peak)" if flops.get("utilization") is not None else ""
+    gflops = f" | {flops['achieved_gflops_per_s']:.1f} GFLOP/s{util}" if flops else ""
     return (
-        f"{acc} | loss {m['final_loss']:.4f} | compile {m['compile_seconds']:.2f} s | "
-        f"step {m['step_time_median_ms']:.1f} ms (median) | {m['throughput_samples_per_s']:.0f} samples/s | "
+        f"{acc} | loss {m['final_loss']:.4f} | compile {m['compile_seconds']:.2f} s "
+        f"({m.get('compile_count', '?')}x) | step {m['step_time_median_ms']:.1f} ms (median) "
+        f"{m.get('step_time_p90_ms', 0):.1f} (p90) | {m['throughput_samples_per_s']:.0f} samples/s{gflops} | "
+        f"peak RSS {m['peak_host_memory_mb']:.0f} MB | "
         f"{m['mode']} {m['amp_level_used']} on {m['device_target']} | outputs: {m['run_dir']}"
     )
+
+
+# ---- issue 4: measurements beyond timing, the run's plot, advice and the logger's final record ----
+
+
+def measure(cfg, net, data, monitor, metrics: dict) -> dict:
+    """FLOPs (counted from the layers) and peak device memory, per-step series, plot and advice."""
+    from runner import advice, flops, plots
+
+    out = flops.measure(net, data, metrics["throughput_samples_per_s"], metrics["device_target"])
+    out["pid"] = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
+    series = monitor.series()
+    title = (
+        f"{cfg.model.name} {metrics['mode']} {metrics['amp_level_used']} batch {cfg.batch_size}: {metrics['run_dir']}"
+    )
+    out["plot"] = plots.run_plot(series, os.path.join(metrics["run_dir"], "curves.png"), title)
+    out["loss_scale_curve"] = series["loss_scale"]
+    out["step_time_ms_curve"] = series["step_time_ms"]
+    out["advice"] = advice.run_notes({**metrics, **out}, cfg.padding.name.name)
+    return out
+
+
+def finish(run_dir: str, metrics: dict, logger) -> None:
+    """Print the advice, hand the final metrics and artifacts to the configured logger."""
+    import logging
+
+    for note in metrics.get("advice", []):
+        logging.getLogger("runner").info("note: %s", note)
+    artifacts = [os.path.join(run_dir, n) for n in ("config.yaml", "metrics.json")] + [metrics["plot"]]
+    logger.finish(metrics, artifacts)

@@ -36,6 +36,7 @@ def run(cfg) -> dict:
     from models import build_model
     from runner.amp import build_trainer
     from runner.checkpoints import Checkpointer, find_resume, restore
+    from runner.loggers import build_logger
     from runner.monitor import RunMonitor
     from runner.nan_guard import attach
     from runner.optim import build_optimizer
@@ -67,7 +68,8 @@ def run(cfg) -> dict:
             amp_used["amp_level_used"],
         )
 
-    monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size)
+    logger = build_logger(cfg.logger, cfg, run_dir)
+    monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size, logger)
     start = find_resume(cfg.resume, run_dir)
     initial_epoch = restore(step_cell, start, data.train, total_steps // train_epochs, total_steps) if start else 0
     ckpt = Checkpointer(
@@ -131,8 +133,10 @@ def run(cfg) -> dict:
         if cfg.save_checkpoint and not failure:
             report.save_checkpoint(net, os.path.join(run_dir, "model.ckpt"))
             metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
-            report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
-    except (OSError, RuntimeError) as e:
+        metrics.update(report.measure(cfg, net, data, monitor, metrics))  # FLOPs, device memory, advice, plot
+        report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+        report.finish(run_dir, metrics, logger)
+    except OSError as e:
         raise UserError(
             f"Could not write the run's outputs in {run_dir}: {e}. Free space or choose another "
             "hydra.run.dir; the files already there are complete."

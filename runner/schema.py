@@ -140,6 +140,24 @@ class DiagnoseConfig:
 # ---- end issue 3 ----
 
 
+# ---- Measurement, loggers and the tuning ladder (issue 4) ----------------------------------------
+
+LoggerName = Enum("LoggerName", {n: n for n in ["csv", "tensorboard", "mlflow"]})
+
+
+@dataclass
+class LoggerConfig:
+    name: LoggerName = MISSING
+    tracking_uri: Optional[str] = None  # mlflow only; None: file store in outputs/mlruns
+    experiment: Optional[str] = None  # mlflow experiment; None: the run's experiment_name
+
+
+@dataclass
+class LadderConfig:
+    batch_size: int = 32  # the rungs before "larger batch"
+    large_batch_size: int = 128  # the "larger batch" rung and after
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -163,6 +181,9 @@ class Config:
     distributed: DistributedConfig = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
+    # issue 4 (measurement): see the block above.
+    logger: LoggerConfig = MISSING
+    ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
 
 
 def register() -> None:

@@ -1,0 +1,124 @@
+"""Hydra launcher that runs every multirun job in a fresh Python process: the default for `-m`.
+
+Sweep jobs that share a process share MindSpore's warm compile caches (DESIGN.md fact 12), the
+oneDNN ISA that is read once at import (a `device.cpu_isa_cap` sweep would be meaningless) and
+the process's peak RSS, so their measurements would depend on their order. Hydra's basic launcher
+runs jobs in the sweep's own process; the joblib launcher does too with n_jobs=1, and with
+n_jobs>1 it reuses its loky workers and runs jobs side by side (measured: same worker pid for
+every job). This launcher composes each job as the basic launcher does, then runs Hydra's own
+`run_job` in a child (`runner/job_process.py`), one job at a time.
+
+A job that fails leaves `failed.json` in its directory (written by the task, or here when the
+process died) and returns NaN, so the sweep goes on and the summary shows it as failed.
+"""
+
+import logging
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import OmegaConf, open_dict
+
+from runner.report import write_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IsolatedLauncherConf:
+    _target_: str = "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher"
+
+
+# Hydra imports this module while it scans the hydra_plugins namespace (plugins must live there),
+# which makes `hydra/launcher=isolated` available; conf/config.yaml selects it.
+ConfigStore.instance().store(group="hydra/launcher", name="isolated", node=IsolatedLauncherConf, provider="runner")
+
+
+def task_reference(task_function) -> tuple:
+    """(module, name) the child imports the task from; `python -m runner` names its module __main__."""
+    module = task_function.__module__
+    if module == "__main__":
+        module = sys.modules["__main__"].__spec__.name
+    return module, task_function.__qualname__
+
+
+class IsolatedLauncher(Launcher):
+    """Runs each job of a sweep in its own `python -m runner.job_process` process, sequentially."""
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        log.info(f"Launching {len(job_overrides)} jobs, each in a fresh process")
+        task = task_reference(self.task_function)
+        runs: List[JobReturn] = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(cfg):
+                cfg.hydra.job.id = idx
+                cfg.hydra.job.num = idx
+                # Resolved here: ${now:...} evaluated in the child would name another directory.
+                cfg.hydra.sweep.dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
+            runs.append(self._run_child(cfg, list(overrides), task))
+        return runs
+
+    def _run_child(self, cfg, overrides: list, task: tuple) -> JobReturn:
+        with tempfile.TemporaryDirectory(prefix="runner-job-") as tmp:
+            job_file, result_file = os.path.join(tmp, "job.pkl"), os.path.join(tmp, "result.pkl")
+            with open(job_file, "wb") as f:
+                pickle.dump({"config": cfg, "task": task, "result": result_file}, f)
+            proc = subprocess.run([sys.executable, "-m", "runner.job_process", job_file])
+            result = None
+            if os.path.exists(result_file):
+                with open(result_file, "rb") as f:
+                    result = pickle.load(f)
+        ret = JobReturn(overrides=overrides, hydra_cfg=cfg, status=JobStatus.COMPLETED)
+        ret.cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        if result is not None:
+            ret.working_dir, ret.task_name = result["working_dir"], result["task_name"]
+            ret._return_value = result["return_value"]
+            if result["error"] is not None:
+                _record_failure(result["output_dir"], result["error"])
+                ret._return_value = math.nan
+        else:
+            why = f"the job's process exited with status {proc.returncode}"
+            if proc.returncode < 0:
+                why += f" ({signal.Signals(-proc.returncode).name})"
+            _record_failure(_job_dir(cfg), why + " before reporting a result")
+            ret._return_value = math.nan
+        return ret
+
+
+def _job_dir(cfg) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    previous = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)  # the subdir may use ${hydra:job.num}-style values
+    try:
+        return os.path.join(str(cfg.hydra.sweep.dir), str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
+    finally:
+        HydraConfig.instance().cfg = previous
+
+
+def _record_failure(job_dir: str, error: str) -> None:
+    """failed.json for the sweep summary, unless the task already wrote a more precise one."""
+    path = os.path.join(job_dir, "failed.json")
+    os.makedirs(job_dir, exist_ok=True)
+    if not os.path.exists(path):
+        write_json(path, {"error": error, "error_type": "JobProcessError"})

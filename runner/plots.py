@@ -1,0 +1,48 @@
+"""PNG charts: a run's curves over its steps, and a sweep's throughput and compile time per job."""
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a window, also without a display
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def run_plot(series: dict, path: str, title: str) -> str:
+    """Loss, loss scale (when the train cell has one) and step time against the step number."""
+    panels = [("loss", "loss", False), ("loss_scale", "loss scale", True), ("step_time_ms", "step time (ms)", True)]
+    panels = [p for p in panels if series.get(p[0]) is not None]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
+    for ax, (key, label, log_y) in zip(axes[:, 0], panels):
+        ax.plot(series["step"], series[key], marker="." if len(series["step"]) < 50 else None)
+        ax.set_ylabel(label)
+        if log_y and min(series[key]) > 0:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_title(title, fontsize=9)
+    axes[-1, 0].set_xlabel("step (the first includes graph compilation)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def sweep_chart(rows: list, path: str, title: str) -> str:
+    """Horizontal bars per job: throughput (speedup against the first job) and compile time."""
+    labels = [f"#{r['job']} {r['label']}" for r in rows]
+    thr = [r.get("throughput_samples_per_s") or 0.0 for r in rows]
+    comp = [r.get("compile_seconds") or 0.0 for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.5 * len(rows) + 1.6), sharey=True)
+    y = list(range(len(rows)))[::-1]
+    a.barh(y, thr, color=["tab:red" if r["status"] != "ok" else "tab:blue" for r in rows])
+    for yi, r, t in zip(y, rows, thr):
+        text = "failed" if r["status"] != "ok" else (f"x{r['speedup']:.2f}" if r.get("speedup") else "")
+        a.text(t, yi, " " + text, va="center", fontsize=8)
+    a.set_yticks(y, labels, fontsize=8)
+    a.set_xlabel(f"throughput (samples/s); xN = speedup vs job #{rows[0]['job']}")
+    b.barh(y, comp, color="tab:orange")
+    b.set_xlabel("compile time (s)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,144 @@
+"""Hydra callback that ends every multirun with summary.csv, summary.md and summary.png in the sweep directory."""
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+from runner import advice
+
+log = logging.getLogger(__name__)
+
+# Columns of the table, in order: (key in the row, header, format).
+COLUMNS = [
+    ("val_accuracy", "accuracy", "{:.4f}"),
+    ("compile_seconds", "compile s", "{:.2f}"),
+    ("step_time_median_ms", "step ms (median)", "{:.1f}"),
+    ("step_time_p90_ms", "step ms (p90)", "{:.1f}"),
+    ("throughput_samples_per_s", "samples/s", "{:.1f}"),
+    ("speedup", "speedup", "x{:.2f}"),
+    ("peak_host_memory_mb", "host MB", "{:.0f}"),
+    ("peak_device_memory_mb", "device MB", "{:.0f}"),
+    ("compile_count", "compiles", "{}"),
+    ("achieved_gflops_per_s", "GFLOP/s", "{:.1f}"),
+]
+# Keys that name the job rather than change what it measures.
+IGNORED = ("experiment_name", "ladder", "logger", "save_checkpoint", "defaults", "hydra")
+
+_failed = []
+
+
+def failed_jobs() -> list:
+    """Failed jobs of the sweep this process ran (the CLI exits 1 when there are any)."""
+    return list(_failed)
+
+
+class SweepSummary(Callback):
+    """Collects each job's metrics.json or failed.json when the multirun ends."""
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        rows = collect(sweep_dir)
+        if not rows:
+            return
+        _failed.extend(r for r in rows if r["status"] != "ok")
+        notes = summarize(rows, sweep_dir, str(config.experiment_name))
+        print(markdown(rows, notes), flush=True)
+
+
+def collect(sweep_dir: Path) -> list:
+    """One row per job directory, in job order, with the overrides that tell the jobs apart."""
+    rows = []
+    for job_dir in sweep_dir.iterdir():
+        if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / "failed.json").exists()):
+            continue
+        rows.append(_row(job_dir))
+    rows.sort(key=lambda r: (r["job"] if isinstance(r["job"], int) else math.inf, str(r["dir"])))
+    varying = _varying_overrides([r["overrides"] for r in rows])
+    for r in rows:
+        r["label"] = " ".join(o for o in r["overrides"] if o.split("=")[0] in varying) or "(same overrides)"
+    base = rows[0].get("throughput_samples_per_s") if rows[0]["status"] == "ok" else None
+    for r in rows:
+        thr = r.get("throughput_samples_per_s")
+        r["speedup"] = thr / base if base and thr else None
+    return rows
+
+
+def _row(job_dir: Path) -> dict:
+    hydra_dir = job_dir / ".hydra"
+    overrides, num = [], job_dir.name
+    if (hydra_dir / "overrides.yaml").exists():
+        overrides = [o for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not o.startswith("hydra.")]
+    if (hydra_dir / "hydra.yaml").exists():
+        num = OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num
+    row = {"job": int(num) if str(num).isdigit() else num, "dir": str(job_dir), "overrides": list(overrides)}
+    metrics, failed = job_dir / "metrics.json", job_dir / "failed.json"
+    if failed.exists():
+        info = json.loads(failed.read_text())
+        return {**row, "status": "failed", "error": f"{info.get('error_type', 'Error')}: {info.get('error', '')}"}
+    if not metrics.exists():
+        return {**row, "status": "failed", "error": "no metrics.json (the job did not finish)"}
+    m = json.loads(metrics.read_text())
+    m["achieved_gflops_per_s"] = (m.get("flops") or {}).get("achieved_gflops_per_s")
+    config = {}
+    if (job_dir / "config.yaml").exists():
+        body = OmegaConf.to_container(OmegaConf.load(job_dir / "config.yaml"))
+        config = {k: v for k, v in _flatten(body).items() if k.split(".")[0] not in IGNORED}
+    return {**row, **m, "status": "ok", "error": "", "config": config}
+
+
+def summarize(rows: list, sweep_dir: Path, title: str) -> list:
+    """Write summary.csv, summary.md and summary.png; return the sweep's advice notes."""
+    notes = advice.sweep_notes(rows)
+    for r in rows:
+        for n in r.get("advice") or []:
+            notes.append(f"#{r['job']}: {n}")
+    fields = ["job", "label", "status", *[c[0] for c in COLUMNS], "error", "overrides", "dir"]
+    with open(sweep_dir / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "overrides": " ".join(r["overrides"])})
+    (sweep_dir / "summary.md").write_text(markdown(rows, notes) + "\n")
+    from runner.plots import sweep_chart
+
+    sweep_chart(rows, str(sweep_dir / "summary.png"), f"{title}: {sweep_dir}")
+    return notes
+
+
+def markdown(rows: list, notes: list) -> str:
+    """The summary table (speedup against the first job) followed by the advice notes."""
+    head = ["job", "overrides", "status", *[c[1] for c in COLUMNS]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"#{r['job']}", r["label"], r["status"] if r["status"] == "ok" else f"failed: {r['error']}"]
+        for key, _, fmt in COLUMNS:
+            v = r.get(key)
+            cells.append(fmt.format(v) if v is not None and r["status"] == "ok" else "-")
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    if notes:
+        lines += ["", "Notes from the measurements:", *[f"- {n}" for n in notes]]
+    return "\n".join(lines)
+
+
+def _varying_overrides(lists: list) -> set:
+    values = {}
+    for overrides in lists:
+        for o in overrides:
+            key, _, value = o.partition("=")
+            values.setdefault(key, set()).add(value)
+    return {k for k, v in values.items() if len(v) > 1 or any(k not in {x.split("=")[0] for x in o} for o in lists)}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

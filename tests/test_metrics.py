@@ -1,0 +1,135 @@
+"""What every run measures: FLOPs from the layers, per-step curves, the plot, loggers, advice."""
+
+import csv
+import math
+
+import pytest
+from conftest import metrics, run_cli
+
+from runner import advice
+
+
+def test_flops_are_counted_from_layer_shapes():
+    import mindspore as ms
+    from mindspore import nn
+
+    from runner.flops import forward_flops_per_sample
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net = nn.SequentialCell(
+        nn.Conv2d(2, 4, 3, stride=2, pad_mode="same"), nn.Conv2d(4, 4, 1, group=2), nn.Flatten(), nn.Dense(64, 10)
+    )
+    f = forward_flops_per_sample(net, 2, 8, 8)
+    # 2 FLOPs per MAC: 4 out channels x 4x4 outputs x (2 in x 3x3), then grouped 1x1, then 64 -> 10.
+    assert f["conv"] == 2 * 4 * 16 * 2 * 9 + 2 * 4 * 16 * 2 * 1
+    assert f["dense"] == 2 * 64 * 10
+    assert ms.get_context("mode") == ms.GRAPH_MODE  # the probe restores the mode it found
+
+
+def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # A loss scale that doubles every 2 good steps: its per-step curve must show the growth.
+    over = ["amp=o2", "amp.loss_scale.window=2", "logger=tensorboard", "log_every=10", "eval=false"]
+    run_cli(tmp_path, *tiny, *over)
+    m = metrics(tmp_path)
+    assert m["compile_count"] == 1 and m["compile_seconds"] > 0
+    assert m["step_time_p90_ms"] >= m["step_time_median_ms"] > 0
+    assert 0 <= m["host_fraction"] < 1
+    scales = m["loss_scale_curve"]
+    assert len(scales) == m["steps"] and scales[0] == 1024 and scales[3] == 4096 and len(set(scales)) > 2
+    f = m["flops"]
+    assert f["train_per_sample"] == 3 * f["forward_per_sample"] > 0
+    assert math.isclose(f["achieved_gflops_per_s"], f["train_per_sample"] * m["throughput_samples_per_s"] / 1e9)
+    assert f["matmul_peak_gflops_per_s"] > 0 and 0 < f["utilization"] < 1
+    assert m["peak_device_memory_mb"] is None  # the CPU reports none
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    loss = acc.Scalars("train/loss")
+    assert [e.step for e in loss] == [s for s in range(10, m["steps"] + 1, 10)] + (
+        [m["steps"]] if m["steps"] % 10 else []
+    )
+    assert acc.Scalars("final/throughput_samples_per_s")[0].value == pytest.approx(m["throughput_samples_per_s"])
+    assert "curves.png" in acc.Tags()["images"]
+
+
+def test_csv_logger_is_the_default(tmp_path, tiny):
+    run_cli(tmp_path, *tiny, "log_every=20", "eval=false", "save_checkpoint=false")
+    m = metrics(tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert [int(r["step"]) for r in rows[:-1]] == [20, 40, m["steps"]]
+    assert float(rows[-1]["throughput_samples_per_s"]) == pytest.approx(m["throughput_samples_per_s"])
+    assert not (tmp_path / "tensorboard").exists()
+
+
+def test_mlflow_logger_writes_a_local_file_store(tmp_path, tiny, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this reading client, as the logger does
+
+    store = f"file:{tmp_path / 'mlruns'}"
+    run_dir = tmp_path / "run"
+    run_cli(run_dir, *tiny, "logger=mlflow", f"logger.tracking_uri={store}", "logger.experiment=t", "eval=false")
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("t").experiment_id])
+    assert run.data.params["amp.level"] == "auto" and run.data.params["model.name"] == "resnet8"
+    assert run.data.metrics["throughput_samples_per_s"] == pytest.approx(metrics(run_dir)["throughput_samples_per_s"])
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config.yaml", "metrics.json", "curves.png"}
+
+
+def _m(**kw):
+    base = {
+        "compile_count": 1,
+        "host_fraction": 0.05,
+        "sink": {"requested": False, "effective": False},
+        "device_target": "CPU",
+        "mode": "graph",
+        "compile_seconds": 1.0,
+        "train_seconds": 20.0,
+        "first_call_seconds": 1.1,
+    }
+    return {**base, **kw}
+
+
+def test_run_advice_only_from_what_was_measured():
+    assert advice.run_notes(_m(), "fixed") == []
+    (note,) = advice.run_notes(_m(compile_count=4), "bucket")
+    assert "4 times" in note and "padding=bucket" in note
+    (note,) = advice.run_notes(_m(host_fraction=0.6), "fixed")
+    assert "60%" in note and "does not sink on CPU" in note
+    (note,) = advice.run_notes(_m(sink={"requested": True, "effective": False}), "fixed")
+    assert "sink=on changed nothing" in note
+    (note,) = advice.run_notes(_m(compile_seconds=9.0, train_seconds=12.0, first_call_seconds=9.5), "fixed")
+    assert "Compiling took 9.0 s" in note
+    assert advice.run_notes(_m(mode="pynative", compile_seconds=9.0, first_call_seconds=9.5), "fixed") == []
+
+
+def _row(job, thr, step_ms, compile_s, steps, **config):
+    cfg = {"mode.name": "graph", "amp.level": "O0", "batch_size": 32, **config}
+    return {
+        "job": job,
+        "status": "ok",
+        "config": cfg,
+        "amp_level_used": cfg["amp.level"],
+        "mode": cfg["mode.name"],
+        "device_target": "CPU",
+        "throughput_samples_per_s": thr,
+        "step_time_median_ms": step_ms,
+        "compile_seconds": compile_s,
+        "steps": steps,
+    }
+
+
+def test_sweep_advice_compares_jobs_that_differ_in_one_group():
+    rows = [
+        _row(0, 100, 320, 0.0, 10, **{"mode.name": "pynative"}),
+        _row(1, 200, 160, 5.0, 10),  # saved 1.6 s of steps for 5 s of compile
+        _row(2, 150, 210, 5.0, 10, **{"amp.level": "O2"}),
+        _row(3, 300, 100, 5.0, 10, **{"amp.level": "O2", "batch_size": 64}),  # differs in two groups from #1
+    ]
+    notes = advice.sweep_notes(rows)
+    assert any("AMP O2 (#2)" in n and "slower than O0 (#1" in n for n in notes)
+    assert any("graph (#1) spent 5.0 s compiling to save 1.6 s" in n for n in notes)
+    assert not any("#3" in n for n in notes)
+    assert advice.sweep_notes([_row(0, 100, 10, 9.0, 10, **{"mode.name": "pynative"}), _row(1, 100, 5, 0.1, 100)]) == []

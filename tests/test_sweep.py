@@ -1,0 +1,79 @@
+"""Every multirun: a fresh process per job, a summary in the sweep directory, failed jobs shown as failed."""
+
+import csv
+
+import pytest
+from conftest import metrics, run_cli
+
+ISA = "device.cpu_isa_cap"
+
+
+def _jobs(sweep_dir):
+    return [metrics(sweep_dir / str(i)) for i in range(2)]
+
+
+def _summary(sweep_dir):
+    return list(csv.DictReader(open(sweep_dir / "summary.csv")))
+
+
+def test_jobs_do_not_depend_on_their_order(tmp_path, tiny):
+    # oneDNN reads ONEDNN_MAX_CPU_ISA once per process: a job that shared a process with an
+    # earlier capped job would inherit its cap (and its warm caches). Swap the two jobs' order.
+    over = [*tiny, "data=synthetic", "data.num_samples=160", "eval=false", "save_checkpoint=false"]
+    run_cli(tmp_path / "ab", f"{ISA}=AVX2,''", *over, multirun=True)
+    run_cli(tmp_path / "ba", f"{ISA}='',AVX2", *over, multirun=True)
+    capped, uncapped = {"value": "AVX2", "set_by": "runner"}, {"value": None, "set_by": None}
+    ab, ba = _jobs(tmp_path / "ab"), _jobs(tmp_path / "ba")
+    assert [m["cpu_isa"] for m in ab] == [capped, uncapped]
+    assert [m["cpu_isa"] for m in ba] == [uncapped, capped]
+    assert len({m["pid"] for m in ab + ba}) == 4  # four jobs, four processes
+    for order in ("ab", "ba"):
+        rows = _summary(tmp_path / order)
+        assert [r["status"] for r in rows] == ["ok", "ok"] and float(rows[0]["speedup"]) == 1.0
+        assert all((tmp_path / order / name).exists() for name in ("summary.md", "summary.png"))
+
+
+@pytest.mark.slow
+def test_the_basic_launcher_leaks_state_between_jobs(tmp_path, tiny):
+    # Why the isolated launcher is the default: in one process the second job sees the first's cap.
+    run_cli(tmp_path, f"{ISA}=AVX2,''", *tiny, "eval=false", "hydra/launcher=basic", multirun=True)
+    ab = _jobs(tmp_path)
+    assert ab[1]["cpu_isa"] == {"value": "AVX2", "set_by": "user"} and ab[0]["pid"] == ab[1]["pid"]
+
+
+def test_a_failed_job_is_summarised_and_the_others_run(tmp_path, tiny):
+    proc = run_cli(
+        tmp_path,
+        "data=imagefolder,digits",
+        "data.root=/no/such/folder",
+        *tiny,
+        "eval=false",
+        multirun=True,
+        check=False,
+    )
+    assert proc.returncode == 1  # the sweep finished, but not cleanly
+    failed, ok = _summary(tmp_path)
+    assert (
+        failed["status"] == "failed" and "/no/such/folder" in failed["error"] and failed["label"] == "data=imagefolder"
+    )
+    assert ok["status"] == "ok" and float(ok["throughput_samples_per_s"]) > 0 and ok["speedup"] == ""
+    assert "failed: " in (tmp_path / "summary.md").read_text()
+    assert "| #1 | data=digits | ok |" in proc.stdout  # the table is printed too
+
+
+@pytest.mark.slow
+def test_ladder_is_one_command(tmp_path, tiny):
+    proc = run_cli(tmp_path, "+experiment=ladder", *tiny, "eval=false", "ladder.large_batch_size=64", multirun=True)
+    rows = _summary(tmp_path)
+    assert [r["label"] for r in rows] == [f"+ladder={r}" for r in ("baseline", "graph", "amp", "batch", "sink")]
+    assert all(r["status"] == "ok" and float(r["speedup"]) > 0 for r in rows)
+    m = [metrics(tmp_path / str(i)) for i in range(5)]
+    assert [(x["mode"], x["amp_level_used"], x["batch_size"]) for x in m] == [
+        ("pynative", "O0", 32),
+        ("graph", "O0", 32),
+        ("graph", "O2", 32),
+        ("graph", "O2", 64),
+        ("graph", "O2", 64),
+    ]
+    assert m[4]["sink"] == {"requested": True, "effective": False, "sink_size": -1}
+    assert "sink=on changed nothing" in proc.stdout
