@@ -157,14 +157,27 @@ def find_resume(resume, run_dir: str) -> dict:
         if os.path.exists(cand):
             return _read_state(cand)
     if os.path.isfile(path) and path.endswith(".ckpt"):
-        import mindspore as ms
-
-        params = ms.load_checkpoint(path, choice_func=lambda n: n == STEP_KEY)
+        params = _load(path)
         if STEP_KEY not in params:
-            raise ConfigError(f"resume={resume}: {path} was not written by the runner's checkpointer (no step).")
+            raise ConfigError(
+                f"resume={resume}: {path} was not written by the runner's checkpointer (it has no step; "
+                "model.ckpt holds only the final weights, the resumable ones are in checkpoints/)."
+            )
         step = int(params[STEP_KEY].asnumpy())
         return {"path": path, "global_step": step}
     raise ConfigError(f"resume={resume}: no checkpoints/{STATE} or .ckpt file there to resume from.")
+
+
+def _load(path: str, **kwargs) -> dict:
+    """MindSpore's own checkpoint reader (never pickle), its failures turned into a clear error."""
+    import mindspore as ms
+
+    try:
+        return ms.load_checkpoint(path, **kwargs)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ConfigError(
+            f"resume: {path} cannot be read as a MindSpore checkpoint ({str(e).splitlines()[0]})."
+        ) from None
 
 
 def _read_state(state_path: str) -> dict:
@@ -179,8 +192,11 @@ def restore(train_cell, state: dict, train_data, steps_per_model_epoch: int, tot
     import mindspore as ms
     import mindspore.dataset as ds
 
-    params = ms.load_checkpoint(state["path"])
-    missing, _ = ms.load_param_into_net(train_cell, params)
+    params = _load(state["path"])
+    try:
+        missing, _ = ms.load_param_into_net(train_cell, params)
+    except (ValueError, RuntimeError, TypeError) as e:  # shapes of another model
+        missing = [str(e).strip().splitlines()[0]]
     if missing:
         raise ConfigError(
             f"resume: {state['path']} does not fit this configuration (missing {', '.join(missing[:5])}); "

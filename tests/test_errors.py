@@ -179,3 +179,17 @@ def test_disk_full_keeps_what_was_written(tmp_path, tiny):
         assert not list((mnt / "run2").rglob("*partial*")) and not list((mnt / "run2").rglob("*.tmp*"))
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def test_resume_from_corrupt_or_foreign_checkpoint(tmp_path, tiny):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"\x00not a checkpoint" * 10)
+    proc = cli(*tiny, f"resume={bad}", f"hydra.run.dir={tmp_path / 'a'}")
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "cannot be read" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
+
+    cli(*tiny, f"hydra.run.dir={tmp_path / 'b'}")  # a real run of resnet8 with its checkpoints
+    proc = cli(*tiny, "model=resnet20", f"resume={tmp_path / 'b'}", f"hydra.run.dir={tmp_path / 'c'}")
+    assert proc.returncode == 2 and "does not fit this configuration" in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "b" / "model.ckpt").exists()  # the run resumed from is untouched
