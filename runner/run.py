@@ -32,6 +32,7 @@ def run(cfg) -> dict:
     from runner.amp import build_trainer
     from runner.monitor import RunMonitor
     from runner.optim import build_optimizer
+    from runner.shapes import InputShapes
 
     target = setup(cfg)
     mode = cfg.mode.name.name
@@ -59,7 +60,8 @@ def run(cfg) -> dict:
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
-    model.train(train_epochs, data.train, callbacks=[monitor], dataset_sink_mode=sink, sink_size=sink_size)
+    shapes = InputShapes(mode, data.padding["compile_budget"])
+    model.train(train_epochs, data.train, callbacks=[monitor, shapes], dataset_sink_mode=sink, sink_size=sink_size)
 
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
     losses = monitor.losses()
@@ -71,6 +73,8 @@ def run(cfg) -> dict:
         "loss_curve": losses.tolist(),
         **monitor.timing(),
         "compile_count": len(getattr(step_cell, "compile_cache", ())),
+        **shapes.metrics(len(getattr(step_cell, "compile_cache", ()))),
+        "padding": data.padding,
         "peak_host_memory_mb": report.peak_rss_mb(),
         "loss_scale": {
             "type": amp_used["loss_scale_type_used"],
