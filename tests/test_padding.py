@@ -107,3 +107,16 @@ def test_compile_counts_fixed_bucket_none(tmp_path):
     assert "WARNING" not in jobs["fixed"][1] + jobs["bucket"][1]
     assert "[INFO] - new input shape" in jobs["bucket"][1]  # one per bucket is the plan: said, not warned
     assert bucket["padding"]["padded_pixel_fraction"] > fixed["padding"]["padded_pixel_fraction"] == 0
+
+
+@pytest.mark.slow
+def test_fixed_keeps_accuracy_on_digits_rendered_at_varied_sizes(tmp_path):
+    # Twelve sizes from 8 to 32 px a side, aspect ratios from 1:3 to 3:1, gray/RGB/RGBA files.
+    rng = np.random.RandomState(0)
+    sizes = [tuple(int(v) for v in rng.randint(8, 33, 2)) for _ in range(12)]
+    digit_folder(tmp_path / "data", sizes, per_class=60, val_per_class=15)
+    data = ["data=imagefolder", f"data.root={tmp_path / 'data'}", "padding=fixed", "padding.method=resize_pad"]
+    run_cli(tmp_path / "run", *data, "epochs=8", "save_checkpoint=false")
+    m = metrics(tmp_path / "run")
+    assert m["compile_count"] == m["distinct_input_shapes"] == 1
+    assert m["val_accuracy"] >= 0.9, m["val_accuracy"]
