@@ -8,6 +8,7 @@ import mindspore.dataset.vision as V
 from datasets import padding as P
 from datasets.sources import SOURCES, DataError
 from runner.errors import ConfigError
+from runner.schema import PaddingConfig
 
 __all__ = ["build_data", "Data", "DataError"]
 
@@ -37,40 +38,51 @@ def _sample_ops(cfg, padding, channels_on_disk, sizes):
     return ops + P.sample_ops(padding, sizes) + [V.ToTensor()]
 
 
-def build_data(cfg, padding, batch_size: int, seed: int) -> Data:
-    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed."""
-    if len(cfg.mean) != cfg.channels or len(cfg.std) != cfg.channels:
-        raise DataError(
-            f"data.mean and data.std need {cfg.channels} values (data.channels), "
-            f"got {list(cfg.mean)} and {list(cfg.std)}."
-        )
-    if cfg.channels not in (1, 3):
-        raise ConfigError(f"data.channels must be 1 (grayscale) or 3 (RGB), got {cfg.channels}.")
-    from runner.schema import PaddingConfig
+def _batch_ops(cfg):
+    """Ops on whole batches, after any padding, so padded pixels hold `fill` in every channel."""
+    ops = [V.Normalize(list(cfg.mean), list(cfg.std), is_hwc=False)]
+    if cfg.input_scale != 1.0:  # data.input_scale: a reproducible FP16 overflow (issue 3), off by default
+        ops.append(V.Rescale(cfg.input_scale, 0.0))
+    return ops
 
+
+def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
+    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
+
+    shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
+    """
     P.check(padding, PaddingConfig())
+    if shard is not None and padding.name.name != "fixed":
+        # Each rank would form its own buckets from its own samples, so ranks could run different
+        # numbers of steps and wait for each other forever at the gradient all-reduce.
+        raise ConfigError(
+            f"padding={padding.name.name} cannot be used with data parallel training: ranks would run "
+            "different numbers of steps. Use padding=fixed."
+        )
     ds.config.set_seed(seed)
     src = SOURCES[cfg.name.name](cfg, seed)
-    steps = P.steps_per_epoch(padding, src.train_sizes, batch_size)
-    if steps < 1:
-        sizes = P.report(padding, src.train_sizes, batch_size)["input_sizes"]
-        raise DataError(
-            f"The training set ({src.train_size} samples, {sizes} as padding={padding.name.name} shapes them) "
-            f"does not fill one batch of {batch_size}: "
-            "lower batch_size, add data, or use fewer/larger buckets."
-        )
+    if shard is not None:
+        src.train.use_sampler(ds.DistributedSampler(shard[0], shard[1], shuffle=False))
     workers = cfg.num_parallel_workers
-    # Normalize runs on whole batches, after any padding, so padded pixels hold `fill` in every channel.
-    normalize = V.Normalize(list(cfg.mean), list(cfg.std), is_hwc=False)
 
     def pipeline(d, sizes, train):
         d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes), "image", num_parallel_workers=workers)
         d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
-        return d.map(normalize, "image", num_parallel_workers=workers)
+        return d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
 
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
     train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
     val = pipeline(src.val, src.val_sizes, False)
+    # fixed: MindSpore counts its batches cheaply (and knows the shard); bucket, none: counted from
+    # the stored sizes, which saves a pass that decodes every image.
+    fixed = padding.name.name == "fixed"
+    steps = train.get_dataset_size() if fixed else P.steps_per_epoch(padding, src.train_sizes, batch_size)
+    if steps < 1:
+        sizes = P.report(padding, src.train_sizes, batch_size)["input_sizes"]
+        raise DataError(
+            f"The training set ({src.train_size} samples, {sizes} as padding={padding.name.name} shapes them) "
+            f"does not fill one batch of {batch_size}: lower batch_size, add data, or use fewer/larger buckets."
+        )
     height, width = P.representative_size(padding, src.train_sizes)
     return Data(
         train,

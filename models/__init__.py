@@ -1,10 +1,17 @@
 """Networks the runner can train; the public surface is build_model."""
 
 from models.resnet import resnet
+from runner.errors import DataError
 
 
 def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
     """Build the network named by the `model` config group for this data."""
+    if cfg.num_classes is not None and cfg.num_classes < num_classes:
+        raise DataError(
+            f"The data has {num_classes} classes (labels 0..{num_classes - 1}) but model.num_classes="
+            f"{cfg.num_classes}: labels outside the model's classes. "
+            "Set model.num_classes=null to take it from the data."
+        )
     return resnet(
         style=cfg.style.name,
         depth=cfg.depth,

@@ -1,11 +1,16 @@
 """Consumer of the `amp` group (and `mode` for the train step): mixed precision, loss scale, Model."""
 
+import logging
 import os
 
 from mindspore import Model, nn
+from mindspore import dtype as mstype
 from mindspore.amp import auto_mixed_precision
 
+from runner.fp32_islands import keep_fp32, match_cells
 from runner.train_step import FP32Logits, JitScaledTrainStep, ScaledTrainStep
+
+log = logging.getLogger("runner")
 
 
 def resolve_level(level: str, device_target: str) -> str:
@@ -15,38 +20,64 @@ def resolve_level(level: str, device_target: str) -> str:
     return "O0" if device_target == "CPU" else "O2"
 
 
-def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str):
-    """Wrap net for AMP and loss scaling; return (Model, train cell, eval Model, what was used)."""
+def loss_fn():
+    """The training loss; it always sees FP32 logits (FP32Logits casts them)."""
+    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+
+def wrap_amp(net, level: str, keep: list, run_dir: str):
+    """Apply the AMP level to net with the cells named by `keep` (amp.keep_fp32) left FP32."""
+    cells = match_cells(net, keep)  # checked at every level, so a typo fails under O0 too
+    if level == "O0":
+        return net
+    if level == "O1":
+        # O1's rewrite skips cells whose precision is already set: mark them before it runs.
+        for _, cell in cells:
+            cell.to_float(mstype.float32)
+    # Parameters stay FP32 (master weights); casts are inserted around the FP16 compute.
+    # O1 rewrites the network's source into ./rewritten_network/: keep that in the run directory.
+    cwd = os.getcwd()
+    os.chdir(run_dir)
+    try:
+        amp_net = auto_mixed_precision(net, level)
+    finally:
+        os.chdir(cwd)
+    if level in ("O2", "O3") and cells:
+        keep_fp32(amp_net, [c for _, c in cells])
+    if cells:
+        log.info("amp.keep_fp32: %s stay FP32 under %s", [n for n, _ in cells], level)
+    return amp_net
+
+
+def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False):
+    """Wrap net for AMP and loss scaling; return (Model, train cell, eval Model, what was used).
+
+    grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
+    it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
+    returns only (loss, overflow, scale).
+    """
     level = resolve_level(amp_cfg.level.name, device_target)
     ls = amp_cfg.loss_scale
     scale_type = ls.type.name
     if amp_cfg.level.name == "auto" and level == "O0":
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
-    if level != "O0":
-        # Parameters stay FP32 (master weights); casts are inserted around the FP16 compute.
-        # O1 rewrites the network's source into ./rewritten_network/: keep that in the run directory.
-        cwd = os.getcwd()
-        os.chdir(run_dir)
-        try:
-            net = auto_mixed_precision(net, level)
-        finally:
-            os.chdir(cwd)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    net = wrap_amp(net, level, list(amp_cfg.keep_fp32), run_dir)
     fp32_net = FP32Logits(net)
-    loss_net = nn.WithLossCell(fp32_net, loss_fn)
-    native = device_target != "CPU" and mode != "jit"
+    loss_net = nn.WithLossCell(fp32_net, loss_fn())
+    native = device_target != "CPU" and mode != "jit" and not grad_stats
     if native and scale_type == "dynamic":
         # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path.
         manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
         step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
     else:
         cls = JitScaledTrainStep if mode == "jit" else ScaledTrainStep
-        step = cls(loss_net, optimizer, scale_type, ls.init, ls.factor, ls.window, ls.drop_overflow_update)
+        step = cls(loss_net, optimizer, scale_type, ls.init, ls.factor, ls.window, ls.drop_overflow_update, grad_stats)
     model = Model(step)
-    evaluator = Model(fp32_net, loss_fn=loss_fn, metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
+    evaluator = Model(fp32_net, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
     used = {
         "amp_level_used": level,
         "loss_scale_type_used": scale_type,
         "native_loss_scale_cell": native and scale_type == "dynamic",
+        "keep_fp32": list(amp_cfg.keep_fp32),
     }
     return model, step, evaluator, used

@@ -2,6 +2,8 @@
 
 import os
 
+from runner.errors import ConfigError
+
 ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 
 
@@ -27,6 +29,13 @@ def setup(cfg) -> str:
     if cfg.device.target.name != "auto":
         kwargs["device_target"] = cfg.device.target.name.upper() if cfg.device.target.name != "ascend" else "Ascend"
         kwargs["device_id"] = cfg.device.id
-    ms.set_context(**kwargs)
+    try:
+        ms.set_context(**kwargs)
+    except (RuntimeError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0]
+        raise ConfigError(
+            f"device={cfg.device.target.name} is not usable with this MindSpore installation ({reason}). "
+            "Use device=auto or device=cpu, or install MindSpore's build for that device."
+        ) from None
     ms.set_seed(cfg.seed)
     return ms.get_context("device_target")

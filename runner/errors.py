@@ -11,3 +11,22 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A data problem: missing path, empty folder, unreadable file, bad labels."""
+
+
+OOM_MARKERS = ("Memory not enough", "alloc failed", "Out of memory", "out of memory")
+
+
+def as_out_of_memory(err: BaseException, batch_size: int):
+    """A UserError with a hint when err is MindSpore or Python running out of memory, else None."""
+    text = str(err)
+    if not isinstance(err, MemoryError) and not any(m in text for m in OOM_MARKERS):
+        return None
+    lines = [line.strip(" -#") for line in text.splitlines()]
+    detail = next((line for line in lines if "alloc failed" in line), "") or next(
+        (ln for ln in lines if "emory" in ln), ""
+    )
+    return UserError(
+        f"Out of memory while training with batch_size={batch_size}{f' ({detail})' if detail else ''}. "
+        f"Lower the batch size (e.g. batch_size={max(1, batch_size // 2)}), the input size (padding.height/width) "
+        "or model.width. What the run saved before this is kept."
+    )

@@ -1,5 +1,6 @@
 """What every run leaves behind: metrics.json, a re-runnable config.yaml, an FP32 checkpoint, a summary."""
 
+import glob
 import json
 import os
 import platform
@@ -48,13 +49,17 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(net, path: str) -> None:
-    """Save the network's (FP32 master) weights in MindSpore's format, atomically."""
+def save_checkpoint(net, path: str, append_dict=None) -> None:
+    """Save a cell's (FP32 master) weights in MindSpore's format, atomically; never a partial file."""
     import mindspore as ms
 
     tmp = path + ".tmp.ckpt"
-    ms.save_checkpoint(net, tmp)
-    os.replace(tmp, path)
+    try:
+        ms.save_checkpoint(net, tmp, append_dict=append_dict)
+        os.replace(tmp, path)
+    finally:  # MindSpore writes through a temporary of its own; leave no partial file behind
+        for leftover in glob.glob(glob.escape(path + ".tmp") + "*"):
+            os.remove(leftover)
 
 
 def summary_line(m: dict) -> str:

@@ -3,12 +3,14 @@
 import logging
 import math
 import os
+from functools import partial
 
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 
-from runner import report
+from runner import distributed, report
 from runner.context import cap_cpu_isa, setup
+from runner.errors import UserError, as_out_of_memory
+from runner.validate import validate
 
 log = logging.getLogger("runner")
 
@@ -24,20 +26,28 @@ def plan_steps(cfg, steps_per_epoch: int, sink: bool):
 
 def run(cfg) -> dict:
     """Train and evaluate as configured; write the run directory; return the metrics."""
+    validate(cfg)
     run_dir = HydraConfig.get().runtime.output_dir
+    if distributed.should_launch(cfg):
+        return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
 
     from datasets import build_data
     from models import build_model
     from runner.amp import build_trainer
+    from runner.checkpoints import Checkpointer, find_resume, restore
     from runner.monitor import RunMonitor
+    from runner.nan_guard import attach
     from runner.optim import build_optimizer
     from runner.shapes import InputShapes
 
     target = setup(cfg)
     mode = cfg.mode.name.name
-    data = build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed)
-    net = build_model(cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    rank, world = distributed.init(cfg)
+    batch = distributed.local_batch(cfg, world)
+    data = build_data(cfg.data, cfg.padding, batch, cfg.seed, shard=(world, rank) if world > 1 else None)
+    make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    net = make_net()
     # MindSpore 2.10's Model.train silently trains without sink on CPU (train/model.py), reading
     # epochs as whole passes; say so instead of pretending, and plan the steps it will really run.
     sink = cfg.sink.enabled and target != "CPU"
@@ -48,7 +58,9 @@ def run(cfg) -> dict:
         )
     total_steps, train_epochs, sink_size = plan_steps(cfg, data.steps_per_epoch, sink)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, total_steps)
-    model, step_cell, evaluator, amp_used = build_trainer(net, cfg.amp, optimizer, mode, target, run_dir)
+    model, step_cell, evaluator, amp_used = build_trainer(
+        net, cfg.amp, optimizer, mode, target, run_dir, grad_stats=cfg.diagnose.enabled
+    )
     if amp_used["amp_level_used"] != "O0" and target == "CPU":
         log.warning(
             "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
@@ -57,15 +69,37 @@ def run(cfg) -> dict:
         )
 
     monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size)
+    start = find_resume(cfg.resume, run_dir)
+    initial_epoch = restore(step_cell, start, data.train, total_steps // train_epochs, total_steps) if start else 0
+    ckpt = Checkpointer(
+        cfg.checkpoint, os.path.join(run_dir, "checkpoints"), data.steps_per_epoch, start, monitor, rank == 0
+    )
+    watch, amp_callbacks = attach(cfg, run_dir, net, step_cell, amp_used)  # loss-scale trace + NaN guard
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
     shapes = InputShapes(mode, data.padding["compile_budget"])
-    model.train(train_epochs, data.train, callbacks=[monitor, shapes], dataset_sink_mode=sink, sink_size=sink_size)
+    try:
+        model.train(
+            train_epochs,
+            data.train,
+            [monitor, shapes, *amp_callbacks, ckpt],
+            dataset_sink_mode=sink,
+            sink_size=sink_size,
+            initial_epoch=initial_epoch,
+        )
+    except (RuntimeError, MemoryError) as e:
+        oom = as_out_of_memory(e, cfg.batch_size)
+        if oom is None:
+            raise
+        raise oom from None
+    except OSError as e:  # a checkpoint written during training (disk full, directory gone)
+        raise UserError(f"Could not write a checkpoint in {run_dir}: {e}. Earlier checkpoints are intact.") from None
+    ckpt.exit_if_interrupted()
+    failure = watch.finish(make_net)  # None, or the error raised once the outputs are saved
 
-    val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval else {}
-    losses = monitor.losses()
-    scale = step_cell.scale if hasattr(step_cell, "scale") else step_cell.loss_scaling_manager.get_loss_scale()
+    val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval and not failure else {}
+    losses = ckpt.losses()
     metrics = {
         "val_accuracy": float(val["accuracy"]) if val else None,
         "val_loss": float(val["loss"]) if val else None,
@@ -76,11 +110,7 @@ def run(cfg) -> dict:
         **shapes.metrics(len(getattr(step_cell, "compile_cache", ()))),
         "padding": data.padding,
         "peak_host_memory_mb": report.peak_rss_mb(),
-        "loss_scale": {
-            "type": amp_used["loss_scale_type_used"],
-            "final": float(np.asarray(scale.asnumpy() if hasattr(scale, "asnumpy") else scale)),
-            "skipped_steps": int(step_cell.skipped.asnumpy()) if hasattr(step_cell, "skipped") else None,
-        },
+        **watch.metrics(),
         **amp_used,
         "mode": mode,
         "device_target": target,
@@ -92,11 +122,26 @@ def run(cfg) -> dict:
         "val_samples": data.val_size,
         "versions": report.versions(),
         "run_dir": run_dir,
+        "resumed_from": start.get("path"),
+        "distributed": {"workers": world, "per_rank_batch": batch},
     }
-    report.write_config(run_dir, cfg)
-    if cfg.save_checkpoint:
-        metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
-        report.save_checkpoint(net, metrics["checkpoint"])
-    report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+    if world > 1:
+        distributed.write_rank_record(run_dir, rank, net, float(losses[-1]))
+        if rank != 0:
+            return metrics  # rank 0 writes the run's outputs
+    try:  # the numbers first: a checkpoint that cannot be written must not take them with it
+        report.write_config(run_dir, cfg)
+        report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+        if cfg.save_checkpoint and not failure:
+            report.save_checkpoint(net, os.path.join(run_dir, "model.ckpt"))
+            metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
+            report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+    except (OSError, RuntimeError) as e:
+        raise UserError(
+            f"Could not write the run's outputs in {run_dir}: {e}. Free space or choose another "
+            "hydra.run.dir; the files already there are complete."
+        ) from None
+    if failure:
+        raise failure
     print(report.summary_line(metrics), flush=True)
     return metrics

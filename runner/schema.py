@@ -42,6 +42,8 @@ class LossScaleConfig:
 class AmpConfig:
     level: AmpLevel = MISSING
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
+    # Cell names kept FP32 under O1-O3 (dotted, prefix or glob; see runner/fp32_islands.py).
+    keep_fp32: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +83,7 @@ class DataConfig:
     num_parallel_workers: int = 2
     mean: List[float] = field(default_factory=lambda: [0.5])
     std: List[float] = field(default_factory=lambda: [0.5])
+    input_scale: float = 1.0  # multiplies the normalised images (a fault to test AMP: 1e5 overflows FP16)
 
 
 @dataclass
@@ -101,6 +104,43 @@ class DeviceConfig:
     cpu_isa_cap: str = "AVX2"  # ONEDNN_MAX_CPU_ISA on CPU; "" leaves oneDNN's own choice
 
 
+# --- issue 6: distributed (msrun data parallel), checkpoints and resume --------------------------
+DistMode = Enum("DistMode", {n: n for n in ["none", "dp"]})
+
+
+@dataclass
+class DistributedConfig:
+    mode: DistMode = DistMode.none
+    workers: int = 1  # total ranks (msrun --worker_num)
+    local_workers: Optional[int] = None  # ranks on this node (msrun --local_worker_num); None = workers
+    node_rank: int = 0  # this node's index when several nodes train together
+    master_addr: str = "127.0.0.1"  # the address of node 0 (msrun's scheduler)
+    master_port: int = 0  # 0: pick a free port (single node only)
+    timeout_s: int = 120  # msrun --cluster_time_out: how long ranks wait for each other to join
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = 1  # save a resumable checkpoint every N epochs; 0 = only on a signal
+    keep_last: int = 2  # resumable checkpoints kept besides the best one
+    keep_best: bool = True  # also keep the checkpoint with the lowest epoch-mean training loss
+    on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
+
+
+# ---- issue 3: mixed precision you can trust (loss-scale trace, NaN guard, diagnosis) ----
+@dataclass
+class DiagnoseConfig:
+    enabled: bool = False  # per-cell gradient statistics and input checks (grad_stats.jsonl)
+    every: Optional[int] = None  # steps between gradient statistics; None: log_every
+    # NaN guard (always on): stop after this many consecutive overflowing steps that the loss scale
+    # can no longer answer (dynamic scale at its floor of 1, or a fixed scale). A non-finite loss stops at once.
+    patience: int = 10
+    max_islands: int = 4  # FP32 islands the diagnosis may add while it searches for a fix
+
+
+# ---- end issue 3 ----
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -111,6 +151,7 @@ class Config:
     data: DataConfig = MISSING
     optim: OptimConfig = MISSING
     device: DeviceConfig = MISSING
+    diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     seed: int = 0
     epochs: int = 10
     batch_size: int = 64
@@ -118,6 +159,11 @@ class Config:
     eval: bool = True
     save_checkpoint: bool = True
     experiment_name: str = "default"
+    dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
+    # issue 6: see DistributedConfig / CheckpointConfig above.
+    distributed: DistributedConfig = MISSING
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
 
 
 def register() -> None:

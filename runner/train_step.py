@@ -4,6 +4,8 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.amp import all_finite
+from mindspore.context import ParallelMode
+from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 
 class FP32Logits(nn.Cell):
@@ -18,14 +20,28 @@ class FP32Logits(nn.Cell):
 
 
 class ScaledTrainStep(nn.Cell):
-    """One optimizer step with a fixed or dynamic loss scale; returns (loss, overflow, scale).
+    """One optimizer step with a fixed or dynamic loss scale; returns (loss, overflow, scale used).
+
+    With grad_stats=True it also returns a (parameters x 2) tensor: each unscaled gradient's sum of
+    squares and its count of non-finite values, computed in the step so that `diagnose=on` sees
+    the very gradients the optimizer got, without a second backward pass.
 
     MindSpore's Model refuses DynamicLossScaleManager on CPU and TrainOneStepWithLossScaleCell
     needs NPUGetFloatStatusV2, which the CPU lacks (DESIGN.md fact 2). This cell checks the
     unscaled gradients with all_finite instead, which every backend has.
     """
 
-    def __init__(self, loss_net, optimizer, scale_type: str, init: float, factor: float, window: int, drop: bool):
+    def __init__(
+        self,
+        loss_net,
+        optimizer,
+        scale_type: str,
+        init: float,
+        factor: float,
+        window: int,
+        drop: bool,
+        grad_stats=False,
+    ):
         super().__init__(auto_prefix=False)
         self.loss_net = loss_net
         self.optimizer = optimizer
@@ -40,15 +56,24 @@ class ScaledTrainStep(nn.Cell):
         self.good_steps = Parameter(Tensor(0, mstype.int32), name="loss_scale_good_steps", requires_grad=False)
         self.skipped = Parameter(Tensor(0, mstype.int32), name="loss_scale_skipped_steps", requires_grad=False)
         self.hyper_map = ops.HyperMap()
+        # Under data parallel (msrun) a custom train cell must average gradients itself, as
+        # nn.TrainOneStepCell does; before the finiteness check, so every rank skips the same steps.
+        self.grad_reducer = nn.Identity()
+        if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
+            self.grad_reducer = nn.DistributedGradReducer(self.weights, _get_gradients_mean(), _get_device_num())
+        self.grad_stats = grad_stats
 
     def construct(self, *inputs):
         return self.step(*inputs)
 
     def step(self, *inputs):
         loss = self.loss_net(*inputs)
-        sens = ops.fill(loss.dtype, loss.shape, 1.0) * ops.cast(self.scale, loss.dtype)
+        # The scale this step uses, read before _update_scale assigns the next one (the trace's column).
+        used = self.scale + 0.0
+        sens = ops.fill(loss.dtype, loss.shape, 1.0) * ops.cast(used, loss.dtype)
         grads = self.grad(self.loss_net, self.weights)(*inputs, sens)
-        inv = 1.0 / self.scale
+        grads = self.grad_reducer(grads)
+        inv = 1.0 / used
         grads = self.hyper_map(ops.partial(_unscale, inv), grads)
         finite = all_finite(grads)
         overflow = ops.logical_not(finite)
@@ -61,7 +86,9 @@ class ScaledTrainStep(nn.Cell):
                 loss = ops.depend(loss, self.optimizer(grads))
         else:
             loss = ops.depend(loss, self.optimizer(grads))
-        return loss, overflow, self.scale
+        if self.grad_stats:
+            return loss, overflow, used, ops.stack(self.hyper_map(_grad_stat, grads))
+        return loss, overflow, used
 
     def _update_scale(self, finite):
         zero = ops.zeros_like(self.good_steps)
@@ -77,6 +104,12 @@ class ScaledTrainStep(nn.Cell):
 
 def _unscale(inv, grad):
     return grad * ops.cast(inv, grad.dtype)
+
+
+def _grad_stat(grad):
+    g = ops.cast(grad, mstype.float32)
+    bad = ops.cast(ops.logical_not(ops.isfinite(g)), mstype.float32)
+    return ops.stack([ops.reduce_sum(g * g), ops.reduce_sum(bad)])
 
 
 class JitScaledTrainStep(ScaledTrainStep):

@@ -14,9 +14,10 @@ TINY = ["epochs=1", "padding.height=8", "padding.width=8", "model.width=8", "log
 
 
 def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=None):
-    """`python -m runner` from the repository root with its outputs under run_dir."""
+    """`python -m runner` from the repository root, with its outputs under run_dir unless it is None."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    cmd = [sys.executable, "-m", "runner", *(["-m"] if multirun else []), f"{key}={run_dir}", *overrides]
+    where = [f"{key}={run_dir}"] if run_dir is not None else []
+    cmd = [sys.executable, "-m", "runner", *(["-m"] if multirun else []), *where, *overrides]
     proc = subprocess.run(
         cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )

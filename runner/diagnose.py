@@ -1,0 +1,190 @@
+"""Consumer of the `diagnose` group: gradient statistics while training, and the NaN diagnosis after.
+
+- GradStats (diagnose=on): per-cell gradient norm and non-finite count every `every` steps (and on
+  every overflowing step) into grad_stats.jsonl, plus a non-finite check of every input batch.
+- find_islands (always, when the NaN guard fires): rebuilds the network from the last good weights,
+  runs the failing batch in PyNative with forward hooks on every leaf cell, and names the first cell
+  whose output went non-finite (or, if the forward pass stays finite, the cell where non-finite
+  gradients start in backward order). It then keeps that cell FP32, exactly as
+  `amp.keep_fp32` would, and tries again, so the fix it suggests has been checked on that batch.
+"""
+
+import json
+import logging
+import math
+import os
+import tempfile
+from collections import OrderedDict
+
+import numpy as np
+from mindspore.train import Callback
+
+log = logging.getLogger("runner")
+
+
+class GradStats(Callback):
+    """Reads the (parameters x 2) statistics ScaledTrainStep returns when grad_stats is on."""
+
+    def __init__(self, run_dir: str, param_names, every: int, watch):
+        super().__init__()
+        self.path = os.path.join(run_dir, "grad_stats.jsonl")
+        self.owners = [n.rsplit(".", 1)[0] for n in param_names]  # layer1.0.conv1.weight -> layer1.0.conv1
+        self.every = max(1, every)
+        self.watch = watch  # the NaN guard, told about non-finite inputs
+        self.rows = 0
+        self.bad_inputs = 0
+        self._file = None
+
+    def on_train_begin(self, run_context):
+        self._file = open(self.path, "w")
+
+    def on_train_step_begin(self, run_context):
+        batch = run_context.original_args().get("train_dataset_element")
+        if batch is None:  # data sink: the batch never reaches the host
+            return
+        for t in batch:
+            a = t.asnumpy()
+            if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+                self.bad_inputs += 1
+                self.watch.trip(run_context, f"non-finite input ({int((~np.isfinite(a)).sum())} values)")
+                return
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        out = cb.net_outputs
+        overflow = bool(out[1].asnumpy())
+        if cb.cur_step_num % self.every and not overflow:
+            return
+        stats = out[3].asnumpy().astype(np.float64)
+        cells = OrderedDict()
+        for owner, (sumsq, bad) in zip(self.owners, stats):
+            c = cells.setdefault(owner, [0.0, 0])
+            c[0] += sumsq
+            c[1] += int(bad)
+        row = {
+            "step": cb.cur_step_num,
+            "scale": float(out[2].asnumpy()),
+            "overflow": overflow,
+            "global_norm": math.sqrt(stats[:, 0].sum()),
+            "nonfinite": int(stats[:, 1].sum()),
+            "cells": {k: {"norm": math.sqrt(s), "nonfinite": b} for k, (s, b) in cells.items()},
+        }
+        self._file.write(json.dumps(_finite_or_str(row)) + "\n")
+        self._file.flush()
+        self.rows += 1
+
+    def on_train_end(self, run_context):
+        if self._file:
+            self._file.close()
+
+    def summary(self) -> dict:
+        return {
+            "grad_stats": os.path.basename(self.path),
+            "rows": self.rows,
+            "nonfinite_input_batches": self.bad_inputs,
+        }
+
+
+def find_islands(make_net, weights: dict, level: str, keep: list, batch, scale: float, max_islands: int) -> dict:
+    """Which cells must stay FP32 for this batch to train finitely; each round is one probe."""
+    import mindspore as ms
+
+    if batch is None:
+        return {"cause": "unknown", "first": None, "keep_fp32": list(keep), "fixed": False, "rounds": []}
+    x, y = batch[0], batch[1]
+    bad_in = int((~np.isfinite(x)).sum()) if np.issubdtype(x.dtype, np.floating) else 0
+    if bad_in:
+        return {"cause": "input", "input_nonfinite": bad_in, "first": None, "keep_fp32": list(keep), "fixed": False}
+    ms.set_context(mode=ms.PYNATIVE_MODE)  # forward hooks run in PyNative only; the run is over anyway
+    keep, rounds, added = list(keep), [], 0
+    while True:
+        culprit = _probe(make_net, weights, level, keep, x, y, scale)
+        rounds.append({"keep_fp32": list(keep), "culprit": culprit})
+        if culprit is None or level == "O0" or culprit["cell"] in keep or added >= max_islands:
+            break
+        keep.append(culprit["cell"])
+        added += 1
+        log.info("diagnosis: %s went non-finite first; trying again with it in FP32", culprit["cell"])
+    first = rounds[0]["culprit"]
+    return {
+        "cause": "amp" if first and level != "O0" else ("none" if first is None else "fp32"),
+        "first": first,
+        "keep_fp32": keep,
+        "fixed": first is not None and rounds[-1]["culprit"] is None,
+        "rounds": rounds,
+    }
+
+
+def _probe(make_net, weights, level, keep, x, y, scale):
+    """Forward (hooks on every leaf cell) and backward of one batch; the first culprit or None."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from runner.amp import loss_fn, wrap_amp
+    from runner.train_step import FP32Logits
+
+    net = make_net()
+    ms.load_param_into_net(net, {n: ms.Parameter(ms.Tensor(w), name=n) for n, w in weights.items()})
+    names = {id(c): n for n, c in net.cells_and_names() if n}
+    seen = []
+
+    def hook(cell, inputs, output):
+        seen.append((names[id(cell)], type(cell).__name__, _max_abs(inputs), _max_abs(output)))
+
+    handles = [c.register_forward_hook(hook) for n, c in net.cells_and_names() if n and not c.name_cells()]
+    with tempfile.TemporaryDirectory() as tmp:  # O1 writes its rewritten source to the cwd
+        amp_net = wrap_amp(net, level, keep, tmp)
+    loss_net = nn.WithLossCell(FP32Logits(amp_net), loss_fn())
+    loss_net.set_train(True)
+    xt, yt = ms.Tensor(x), ms.Tensor(y)
+    loss_net(xt, yt)
+    for h in handles:
+        h.remove()
+    for name, kind, in_max, out_max in seen:
+        if not math.isfinite(out_max):
+            return {"cell": name, "type": kind, "where": "output", "input_max_abs": in_max}
+    params = loss_net.trainable_params()
+    sens = ms.Tensor(np.float32(scale))
+    grads = ops.GradOperation(get_by_list=True, sens_param=True)(loss_net, ms.ParameterTuple(params))(xt, yt, sens)
+    bad = {p.name.rsplit(".", 1)[0] for p, g in zip(params, grads) if not np.isfinite(g.asnumpy()).all()}
+    if not bad:
+        return None
+    # Non-finite gradients flow backwards: they start at the bad cell that ran last in the forward pass.
+    order = {n: i for i, (n, *_) in enumerate(seen)}
+    cell = max(bad, key=lambda n: order.get(n, -1))
+    kind = next((k for n, k, *_ in seen if n == cell), "")
+    return {"cell": cell, "type": kind, "where": "gradients", "input_max_abs": None}
+
+
+def _max_abs(value) -> float:
+    """Largest |x| over the float tensors in value (nan if any is NaN, inf if any is inf)."""
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    peak = 0.0
+    for t in items:
+        if hasattr(t, "asnumpy"):
+            a = t.asnumpy()
+            if np.issubdtype(a.dtype, np.floating) and a.size:
+                a = np.abs(a.astype(np.float32))
+                peak = max(peak, float(np.nan if np.isnan(a).any() else a.max()), key=_nan_first)
+    return peak
+
+
+def _nan_first(v: float) -> float:
+    return math.inf if math.isnan(v) else v
+
+
+def _finite_or_str(obj):
+    """JSON without NaN/Infinity literals (strict parsers reject them): non-finite floats become strings."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite_or_str(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_str(v) for v in obj]
+    return obj
+
+
+def write_json(path: str, data: dict) -> None:
+    """The diagnosis record, strict JSON."""
+    with open(path, "w") as f:
+        json.dump(_finite_or_str(data), f, indent=2)

@@ -1,0 +1,91 @@
+"""Checks that need more than a type: ranges and contradictions, before anything heavy loads."""
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.errors import ConfigError
+from runner.schema import Config
+
+# hydra.utils.instantiate may build only the project's own classes or MindSpore's.
+ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
+
+
+def check_target(path: str, target) -> None:
+    """Refuse an instantiate target outside the project and MindSpore (os.system, subprocess, ...)."""
+    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES):
+        raise ConfigError(
+            f"{path}={target!r} is refused: configs may only name classes of this project or MindSpore "
+            f"(targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
+        )
+
+
+def _targets(node, path=""):
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "_target_":
+                yield where, node._get_node(key)._value()
+            else:
+                yield from _targets(node._get_node(key), where)
+    elif isinstance(node, ListConfig):
+        for i in range(len(node)):
+            yield from _targets(node._get_node(i), f"{path}[{i}]")
+
+
+def _problems(cfg):
+    def positive(name, value):
+        if value <= 0:
+            yield f"{name} must be positive, got {value}"
+
+    yield from positive("batch_size", cfg.batch_size)
+    yield from positive("epochs", cfg.epochs)
+    yield from positive("log_every", cfg.log_every)
+    yield from positive("padding.height", cfg.padding.height)
+    yield from positive("padding.width", cfg.padding.width)
+    yield from positive("model.width", cfg.model.width)
+    yield from positive("optim.lr", cfg.optim.lr)
+    yield from positive("data.num_parallel_workers", cfg.data.num_parallel_workers)
+    yield from positive("amp.loss_scale.init", cfg.amp.loss_scale.init)
+    yield from positive("amp.loss_scale.window", cfg.amp.loss_scale.window)
+    if cfg.sink.sink_size == 0 or cfg.sink.sink_size < -1:
+        yield f"sink.sink_size must be -1 (whole epoch) or positive, got {cfg.sink.sink_size}"
+    if cfg.amp.loss_scale.factor <= 1:
+        yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
+    if cfg.amp.loss_scale.drop_overflow_update and cfg.amp.loss_scale.type.name != "fixed":
+        yield (
+            "amp.loss_scale.drop_overflow_update applies to a fixed loss scale only (a dynamic scale always "
+            f"skips overflowed steps), but amp.loss_scale.type={cfg.amp.loss_scale.type.name}"
+        )
+    if cfg.model.num_classes is not None and cfg.model.num_classes <= 0:
+        yield f"model.num_classes must be positive or null (take it from the data), got {cfg.model.num_classes}"
+    if not 0 < cfg.data.val_fraction < 1:
+        yield f"data.val_fraction must be between 0 and 1, got {cfg.data.val_fraction}"
+    if cfg.data.channels not in (1, 3):
+        yield f"data.channels must be 1 (grayscale) or 3 (RGB), got {cfg.data.channels}"
+    if len(cfg.data.mean) != cfg.data.channels or len(cfg.data.std) != cfg.data.channels:
+        yield f"data.mean and data.std need {cfg.data.channels} values (data.channels)"
+    if any(s <= 0 for s in cfg.data.std):
+        yield f"data.std must be positive, got {list(cfg.data.std)}"
+    if cfg.optim.warmup_epochs < 0 or cfg.optim.warmup_epochs > cfg.epochs:
+        yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
+    if cfg.optim.min_lr < 0 or cfg.optim.min_lr > cfg.optim.lr:
+        yield f"optim.min_lr must be between 0 and optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
+    if cfg.data.name.name in ("imagefolder", "cifar10") and not cfg.data.root:
+        yield f"data={cfg.data.name.name} needs data.root"
+
+
+def validate(cfg) -> None:
+    """Raise ConfigError naming every value that is out of range or contradicts another."""
+    for path, target in _targets(cfg):
+        check_target(path, target)
+    try:
+        # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.
+        OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.to_container(cfg))
+    except OmegaConfBaseException as e:
+        raise ConfigError(
+            f"{getattr(e, 'full_key', '?')} is not a setting of the runner ({str(e).splitlines()[0].strip()}); "
+            "`python -m runner --cfg job` lists them all."
+        ) from None
+    problems = list(_problems(cfg))
+    if problems:
+        raise ConfigError("Invalid configuration: " + "; ".join(problems) + ".")

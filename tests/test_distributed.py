@@ -1,0 +1,43 @@
+"""Data parallel through msrun on CPU: 2 ranks agree on the weights and match one process."""
+
+import json
+
+import pytest
+from conftest import TINY, metrics, run_cli
+
+ARGS = [o for o in TINY if not o.startswith("epochs=")] + ["epochs=2"]
+
+
+@pytest.mark.slow
+def test_two_workers_agree_and_match_single_process(tmp_path):
+    one, dp = tmp_path / "one", tmp_path / "dp"
+    run_cli(one, *ARGS)
+    proc = run_cli(dp, "distributed=dp", "distributed.workers=2", *ARGS)
+    ranks = [json.loads((dp / "rank_logs" / f"rank_{r}.json").read_text()) for r in (0, 1)]
+    # Averaged gradients, same seed: the trainable weights are bit-identical on both ranks
+    # (BatchNorm running statistics stay per rank, as MindSpore's data parallel keeps them).
+    assert ranks[0]["trainable_sha256"] == ranks[1]["trainable_sha256"]
+    for name in ("worker_0.log", "worker_1.log", "scheduler.log"):
+        assert (dp / "rank_logs" / name).exists(), name
+    for name in ("metrics.json", "model.ckpt", "config.yaml", ".hydra/config.yaml", "checkpoints/latest.json"):
+        assert (dp / name).exists(), name
+    a, b = metrics(one), metrics(dp)
+    assert b["distributed"] == {"workers": 2, "per_rank_batch": a["batch_size"] // 2}
+    assert b["steps"] == a["steps"]  # same global batch, same number of optimizer steps
+    # Tolerance: the same global batch is made of two per-rank shards with per-rank BatchNorm
+    # statistics, so the run is close, not identical (measured: val_loss 0.0997 vs 0.0957).
+    assert abs(b["val_loss"] - a["val_loss"]) <= 0.05, (a["val_loss"], b["val_loss"])
+    assert abs(b["val_accuracy"] - a["val_accuracy"]) <= 0.03, (a["val_accuracy"], b["val_accuracy"])
+    assert "val_acc" in proc.stdout.strip().splitlines()[-1]
+
+
+def test_global_batch_must_divide_over_workers(tmp_path):
+    proc = run_cli(tmp_path, "distributed=dp", "distributed.workers=3", *TINY, check=False)
+    assert proc.returncode == 2 and "batch_size=32" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_several_nodes_need_a_fixed_port(tmp_path):
+    proc = run_cli(
+        tmp_path, "distributed=dp", "distributed.workers=4", "distributed.local_workers=2", *TINY, check=False
+    )
+    assert proc.returncode == 2 and "master_port" in proc.stderr

@@ -1,0 +1,181 @@
+"""Bad configuration gets one clear paragraph and a non-zero exit, never a traceback."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.errors import ConfigError
+from runner.schema import register
+from runner.validate import validate
+
+register()
+
+
+def cli(*args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    "args,culprit",
+    [
+        (["amp=o5"], "amp/o5"),  # unknown group option
+        (["optim.lrr=0.1"], "lrr"),  # unknown key
+        (["epochs=ten"], "ten"),  # wrong type
+        (["batch_size=-4"], "batch_size must be positive"),
+        (["sink.sink_size=0"], "sink.sink_size"),
+        (["padding.height=0"], "padding.height"),
+        (["amp.loss_scale.factor=1"], "amp.loss_scale.factor"),
+        (["amp.loss_scale.type=dynamic", "amp.loss_scale.drop_overflow_update=true"], "drop_overflow_update"),
+        (["optim.warmup_epochs=50", "epochs=2"], "optim.warmup_epochs"),
+        (["data=imagefolder"], "data.root"),
+        (["+experiment=nope"], "experiment/nope"),  # an override file that does not exist
+        (["--config-path", "/nonexistent/dir", "--config-name", "config"], "/nonexistent/dir"),
+        (["+model._target_=os.system"], "os.system"),  # nothing can smuggle in a callable
+        (["+optim.lrr=0.1"], "optim.lrr"),  # `+` adds keys even to typed nodes: still refused
+    ],
+)
+def test_bad_config_is_one_clear_error(args, culprit):
+    proc = cli(*args, "dry_run=true")
+    assert proc.returncode != 0, proc.stdout
+    assert culprit in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unavailable_device_is_a_clear_error():
+    proc = cli("device=ascend", "epochs=1")
+    assert proc.returncode == 2
+    assert "device=ascend is not usable" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_data_root_is_a_clear_error(tmp_path):
+    proc = cli("data=imagefolder", f"data.root={tmp_path / 'missing'}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2
+    assert str(tmp_path / "missing") in proc.stderr and "Traceback" not in proc.stderr
+
+
+# Values that compose and values that do not, mixed at random: every set must either pass validation or
+# fail with one of the errors the CLI reports cleanly (Hydra's, OmegaConf's or the runner's own).
+POOL = {
+    "amp": ["o0", "o1", "o2", "o3", "auto", "o4", "O2", ""],
+    "mode": ["graph", "pynative", "jit", "grpah", "eager"],
+    "sink": ["on", "off", "maybe"],
+    "model": ["resnet8", "resnet20", "resnet50", "resnet9"],
+    "data": ["digits", "synthetic", "imagefolder", "mnist"],
+    "optim": ["momentum", "adam", "lamb"],
+    "device": ["auto", "cpu", "gpu", "tpu"],
+    "batch_size": ["32", "0", "-1", "1.5", "abc", "null"],
+    "epochs": ["1", "0", "x"],
+    "sink.sink_size": ["-1", "8", "0", "-5", "big"],
+    "amp.loss_scale.type": ["none", "fixed", "dynamic", "static"],
+    "amp.loss_scale.init": ["1024", "0", "-1", "inf"],
+    "padding.height": ["16", "0", "-8", "1e3"],
+    "optim.lr": ["0.1", "0", "-0.1", "fast"],
+    "data.val_fraction": ["0.2", "0", "1.5"],
+    "model.num_classes": ["null", "10", "0"],
+    "seed": ["0", "7", "-1", "s"],
+    "optim.lr_typo": ["0.1"],
+}
+
+
+def test_fuzz_random_override_sets():
+    rng = random.Random(0)
+    outcomes = {"ok": 0, "error": 0}
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for _ in range(300):
+            keys = rng.sample(sorted(POOL), rng.randint(1, 5))
+            overrides = [f"{k}={rng.choice(POOL[k])}" for k in keys]
+            try:
+                validate(compose("config", overrides=overrides))
+                outcomes["ok"] += 1
+            except (HydraException, OmegaConfBaseException, ConfigError) as e:
+                assert str(e).strip(), overrides  # an error with something to say
+                outcomes["error"] += 1
+    assert outcomes["ok"] > 20 and outcomes["error"] > 20, outcomes
+
+
+def test_fuzz_through_the_cli():
+    rng = random.Random(1)
+    for _ in range(8):
+        keys = rng.sample(sorted(POOL), 3)
+        proc = cli(*(f"{k}={rng.choice(POOL[k])}" for k in keys), "dry_run=true")
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert (proc.returncode == 0) == ("Configuration is valid" in proc.stdout)
+
+
+@pytest.mark.slow
+def test_out_of_memory_names_batch_size(tmp_path):
+    import resource
+
+    def cap_memory():  # a 6 GB address space: ResNet-50 at 128 px, batch 256, cannot allocate
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    args = ["data=synthetic", "data.image_size=128", "padding.height=128", "padding.width=128", "model=resnet50"]
+    args += ["batch_size=256", "data.num_samples=330", "epochs=1", "eval=false", f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", *args], cwd=REPO, capture_output=True, text=True, preexec_fn=cap_memory
+    )
+    assert proc.returncode == 2
+    assert "Out of memory while training with batch_size=256" in proc.stderr
+    assert "batch_size=128" in proc.stderr and "Traceback" not in proc.stderr
+    assert (tmp_path / ".hydra" / "config.yaml").exists()  # what was saved stays
+
+
+def test_unwritable_output_dir_is_a_clear_error():
+    proc = cli("hydra.run.dir=/proc/runner-outputs", "dry_run=true")
+    assert proc.returncode == 2
+    assert "/proc/runner-outputs" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_runs_started_together_get_their_own_directories(tmp_path):
+    # The default hydra.run.dir, from a scratch working directory: three runs in the same second.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "runner", "dry_run=true"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 3
+
+
+def test_labels_outside_model_classes(tmp_path):
+    proc = cli("model.num_classes=5", "epochs=1", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert "model.num_classes=5" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_disk_full_keeps_what_was_written(tmp_path, tiny):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    # A 48 KiB file system: room for config and metrics, not for the checkpoint.
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        proc = cli(*tiny, "checkpoint.every_epochs=0", f"hydra.run.dir={mnt / 'run'}")
+        assert proc.returncode == 2, proc.stderr
+        assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+        files = sorted(p.name for p in (mnt / "run").iterdir())
+        assert files == [".hydra", "config.yaml", "metrics.json", "runner.log"]  # complete; no partial ckpt
+        assert json.loads((mnt / "run" / "metrics.json").read_text())["final_loss"] > 0
+        # A checkpoint during training that does not fit: the same clean error.
+        proc = cli(*tiny, f"hydra.run.dir={mnt / 'run2'}")
+        assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+        assert not list((mnt / "run2").rglob("*partial*")) and not list((mnt / "run2").rglob("*.tmp*"))
+    finally:
+        subprocess.run(["umount", str(mnt)])

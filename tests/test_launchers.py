@@ -1,0 +1,43 @@
+"""Hydra launchers and sweepers from their plugin packages, driving the real runner."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import REPO, TINY, metrics, run_cli
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
+def test_launcher_configs_compose(launcher):
+    cmd = [sys.executable, "-m", "runner", f"hydra/launcher={launcher}", "--cfg", "hydra"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert launcher.split("_")[0] in yaml.safe_load(proc.stdout)["hydra"]["launcher"]["_target_"].lower()
+
+
+def test_optuna_two_trials_maximise_val_accuracy(tmp_path):
+    run_cli(
+        tmp_path,
+        "hydra/sweeper=optuna_accuracy",
+        "hydra.sweeper.n_trials=2",
+        "optim.lr=interval(0.02,0.2)",
+        *TINY,
+        multirun=True,
+    )
+    result = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    accs = [metrics(tmp_path / str(i))["val_accuracy"] for i in (0, 1)]
+    assert result["best_value"] == pytest.approx(max(accs))  # maximised, not Optuna's default minimise
+    lrs = {yaml.safe_load((tmp_path / str(i) / "config.yaml").read_text())["optim"]["lr"] for i in (0, 1)}
+    assert len(lrs) == 2 and all(0.02 <= lr <= 0.2 for lr in lrs)  # the search space reached the runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_sweep_through_launcher(tmp_path, launcher):
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    run_cli(tmp_path, f"hydra/launcher={launcher}", *extra, "seed=0,1", "eval=false", *TINY, multirun=True)
+    seeds = sorted(metrics(tmp_path / str(i))["seed"] for i in (0, 1))
+    assert seeds == [0, 1]
+    if launcher == "submitit_local":
+        assert (tmp_path / ".submitit").is_dir()
