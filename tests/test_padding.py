@@ -53,6 +53,7 @@ def test_bucket_pads_each_sample_to_the_smallest_bucket_that_holds_it(tmp_path):
     rep = data.padding
     assert rep["input_sizes"] == {"8x8": 8, "16x16": 8, "24x24": 8} and rep["shrunk_samples"] == 4
     assert rep["expected_batch_shapes"] == 3 and rep["dropped_samples_per_epoch"] == 0
+    assert (data.height, data.width) == (16, 16)  # the median sample's bucket: what build_model sizes the stem by
     assert rep["padded_pixel_fraction"] == pytest.approx(
         1 - 4 * (36 + 40 + 108 + 256 + 200 + 240) / (8 * (64 + 256 + 576)), abs=1e-4
     )
@@ -85,6 +86,14 @@ def test_padding_mistakes_raise_config_error(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         P.check(compose_cfg(*overrides).padding, PaddingConfig())
+
+
+def test_bucket_and_none_refuse_data_parallel_shards():
+    from datasets import build_data
+
+    cfg = compose_cfg("padding=bucket")
+    with pytest.raises(ConfigError, match="data parallel"):
+        build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed, shard=(2, 0))
 
 
 def test_compile_counts_fixed_bucket_none(tmp_path):
