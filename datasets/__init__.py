@@ -1,11 +1,14 @@
-"""Fixed-shape MindSpore input pipelines; the public surface is build_data."""
+"""MindSpore input pipelines built from the `data` and `padding` groups; the public surface is build_data."""
 
 from dataclasses import dataclass
 
 import mindspore.dataset as ds
 import mindspore.dataset.vision as V
 
+from datasets import padding as P
 from datasets.sources import SOURCES, DataError
+from runner.errors import ConfigError
+from runner.schema import PaddingConfig
 
 __all__ = ["build_data", "Data", "DataError"]
 
@@ -16,29 +19,28 @@ class Data:
     val: ds.Dataset
     num_classes: int
     channels: int
-    height: int
+    height: int  # a representative input size (the median training sample's, as the network sees it)
     width: int
     train_size: int
     val_size: int
     steps_per_epoch: int
+    padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
 
 
-def _shape_ops(padding):
-    """Ops that bring every sample to padding.height x padding.width (read from the `padding` group)."""
-    size = (padding.height, padding.width)
-    if padding.method.name == "resize":
-        return [V.Resize(size)]
-    return [V.PadToSize(size, fill_value=padding.fill)]
-
-
-def _image_ops(cfg, padding, channels_on_disk):
+def _sample_ops(cfg, padding, channels_on_disk, sizes):
+    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says."""
     ops = []
     if cfg.channels == 1 and channels_on_disk == 3:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY))
     elif cfg.channels == 3 and channels_on_disk == 1:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB))
-    # ToTensor scales to [0, 1] and makes CHW, also from the 2-D arrays grayscale conversion leaves.
-    ops += _shape_ops(padding) + [V.ToTensor(), V.Normalize(list(cfg.mean), list(cfg.std), is_hwc=False)]
+    # ToTensor makes CHW, also from the 2-D arrays grayscale conversion leaves.
+    return ops + P.sample_ops(padding, sizes) + [V.ToTensor()]
+
+
+def _batch_ops(cfg):
+    """Ops on whole batches, after any padding, so padded pixels hold `fill` in every channel."""
+    ops = [V.Normalize(list(cfg.mean), list(cfg.std), is_hwc=False)]
     if cfg.input_scale != 1.0:  # data.input_scale: a reproducible FP16 overflow (issue 3), off by default
         ops.append(V.Rescale(cfg.input_scale, 0.0))
     return ops
@@ -49,30 +51,48 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
 
     shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
     """
+    P.check(padding, PaddingConfig())
+    if shard is not None and padding.name.name != "fixed":
+        # Each rank would form its own buckets from its own samples, so ranks could run different
+        # numbers of steps and wait for each other forever at the gradient all-reduce.
+        raise ConfigError(
+            f"padding={padding.name.name} cannot be used with data parallel training: ranks would run "
+            "different numbers of steps. Use padding=fixed."
+        )
     ds.config.set_seed(seed)
     src = SOURCES[cfg.name.name](cfg, seed)
-    if src.train_size < batch_size:
-        raise DataError(
-            f"The training set has {src.train_size} samples, fewer than one batch of {batch_size}: "
-            "lower batch_size or add data."
-        )
     if shard is not None:
         src.train.use_sampler(ds.DistributedSampler(shard[0], shard[1], shuffle=False))
-    ops = _image_ops(cfg, padding, src.channels_on_disk)
     workers = cfg.num_parallel_workers
+
+    def pipeline(d, sizes, train):
+        d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes), "image", num_parallel_workers=workers)
+        d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
+        return d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
-    train = src.train.shuffle(buffer_size=src.train_size).map(ops, "image", num_parallel_workers=workers)
-    # drop_remainder keeps every training batch the same shape: one graph compile, not two.
-    train = train.batch(batch_size, drop_remainder=True)
-    val = src.val.map(ops, "image", num_parallel_workers=workers).batch(batch_size, drop_remainder=False)
+    train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
+    val = pipeline(src.val, src.val_sizes, False)
+    # fixed: MindSpore counts its batches cheaply (and knows the shard); bucket, none: counted from
+    # the stored sizes, which saves a pass that decodes every image.
+    fixed = padding.name.name == "fixed"
+    steps = train.get_dataset_size() if fixed else P.steps_per_epoch(padding, src.train_sizes, batch_size)
+    if steps < 1:
+        sizes = P.report(padding, src.train_sizes, batch_size)["input_sizes"]
+        raise DataError(
+            f"The training set ({src.train_size} samples, {sizes} as padding={padding.name.name} shapes them) "
+            f"does not fill one batch of {batch_size}: lower batch_size, add data, or use fewer/larger buckets."
+        )
+    height, width = P.representative_size(padding, src.train_sizes)
     return Data(
         train,
         val,
         src.num_classes,
         cfg.channels,
-        padding.height,
-        padding.width,
+        height,
+        width,
         src.train_size,
         src.val_size,
-        train.get_dataset_size(),
+        steps,
+        P.report(padding, src.train_sizes, batch_size),
     )

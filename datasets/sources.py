@@ -1,4 +1,8 @@
-"""Where samples come from: each source returns unbatched train/val datasets of (image HWC uint8, label)."""
+"""Where samples come from: each source returns unbatched train/val datasets of (image HWC uint8, label).
+
+Each source also reports every sample's (height, width) on disk, so the `padding` group can plan its
+buckets, group same-size samples and report its padding cost before a single image is decoded.
+"""
 
 import os
 from dataclasses import dataclass
@@ -10,15 +14,30 @@ from mindspore import dtype as mstype
 
 from runner.errors import DataError
 
+# Passed to ImageFolderDataset too, so the files it decodes are exactly the files measured here.
+IMAGE_EXTENSIONS = [e for ext in (".png", ".jpg", ".jpeg", ".bmp") for e in (ext, ext.upper())]
+
 
 @dataclass
 class Source:
     train: ds.Dataset
     val: ds.Dataset
     num_classes: int
-    train_size: int
-    val_size: int
+    train_sizes: np.ndarray  # (n, 2) int: each training sample's (height, width) as stored
+    val_sizes: np.ndarray
     channels_on_disk: int  # 1 or 3, before conversion to data.channels
+
+    @property
+    def train_size(self) -> int:
+        return len(self.train_sizes)
+
+    @property
+    def val_size(self) -> int:
+        return len(self.val_sizes)
+
+
+def _same_size(n: int, height: int, width: int) -> np.ndarray:
+    return np.tile(np.array([[height, width]], dtype=np.int64), (n, 1))
 
 
 def _split(n: int, val_fraction: float, seed: int):
@@ -30,11 +49,14 @@ def _split(n: int, val_fraction: float, seed: int):
 def _from_arrays(images, labels, cfg, seed, num_classes):
     tr, va = _split(len(images), cfg.val_fraction, seed)
     labels = labels.astype(np.int32)
+    h, w = images.shape[1:3]
 
     def make(idx):
         return ds.NumpySlicesDataset({"image": images[idx], "label": labels[idx]}, shuffle=False)
 
-    return Source(make(tr), make(va), num_classes, len(tr), len(va), images.shape[-1])
+    return Source(
+        make(tr), make(va), num_classes, _same_size(len(tr), h, w), _same_size(len(va), h, w), images.shape[-1]
+    )
 
 
 def digits(cfg, seed):
@@ -62,47 +84,86 @@ def _need_dir(path, what):
         raise DataError(f"{what} {path!r} does not exist or is not a directory.")
 
 
+def _image_sizes(folder, classes):
+    """(height, width) of every image file under folder/<class>/, read from the file headers only."""
+    from PIL import Image
+
+    sizes = []
+    for c in classes:
+        for entry in os.scandir(os.path.join(folder, c)):
+            if not entry.is_file() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
+                continue
+            try:
+                with Image.open(entry.path) as im:
+                    sizes.append((im.height, im.width))
+            except OSError as e:
+                raise DataError(f"{entry.path!r} is not a readable image ({e}); remove or replace it.") from e
+    if not sizes:
+        raise DataError(f"{folder!r} has no image files ({', '.join(IMAGE_EXTENSIONS[::2])}) in its class folders.")
+    return np.array(sizes, dtype=np.int64)
+
+
 def imagefolder(cfg, seed):
     """root/train/<class>/* and root/val/<class>/*, decoded by MindSpore; classes from train."""
     root = os.path.expanduser(cfg.root)
     _need_dir(root, "data.root")
-    splits = {}
     for split in ("train", "val"):
         _need_dir(os.path.join(root, split), f"data.root must contain {split}/; missing:")
     classes = sorted(e.name for e in os.scandir(os.path.join(root, "train")) if e.is_dir())
     if not classes:
         raise DataError(f"{os.path.join(root, 'train')!r} has no class folders (expected train/<class>/*.png|jpg).")
+    extra = sorted(e.name for e in os.scandir(os.path.join(root, "val")) if e.is_dir() and e.name not in set(classes))
+    if extra:
+        raise DataError(f"val/ has class folders that train/ lacks: {extra}; every val class needs training images.")
     index = {c: i for i, c in enumerate(classes)}
+    splits, sizes = {}, {}
     for split in ("train", "val"):
-        d = ds.ImageFolderDataset(os.path.join(root, split), shuffle=False, decode=True, class_indexing=index)
+        folder = os.path.join(root, split)
+        present = [c for c in classes if os.path.isdir(os.path.join(folder, c))]
+        sizes[split] = _image_sizes(folder, present)
+        d = ds.ImageFolderDataset(folder, shuffle=False, decode=True, class_indexing=index, extensions=IMAGE_EXTENSIONS)
         splits[split] = d.map(T.TypeCast(mstype.int32), "label")
-    # Decode always yields RGB, grayscale files included.
-    return Source(
-        splits["train"],
-        splits["val"],
-        len(classes),
-        splits["train"].get_dataset_size(),
-        splits["val"].get_dataset_size(),
-        3,
-    )
+    # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3)
+
+
+CIFAR_RECORD = 1 + 3 * 32 * 32  # label byte, then the R, G and B planes, row-major
+
+
+def _cifar_file(path):
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size == 0 or raw.size % CIFAR_RECORD:
+        raise DataError(
+            f"{path!r} is not CIFAR-10 binary data: {raw.size} bytes is not a whole number of "
+            f"{CIFAR_RECORD}-byte records."
+        )
+    records = raw.reshape(-1, CIFAR_RECORD)
+    labels = records[:, 0].astype(np.int32)
+    if labels.max() > 9:
+        raise DataError(f"{path!r} has label {labels.max()}; CIFAR-10 labels are 0..9.")
+    return records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
 def cifar10(cfg, seed):
-    """CIFAR-10 binary files in data.root, read by MindSpore's Cifar10Dataset."""
+    """CIFAR-10 binary files in data.root (data_batch_1..5.bin train, test_batch.bin val).
+
+    Read with numpy, not MindSpore's Cifar10Dataset: that reader insists on exactly 10000 records per
+    file (cifar_op.cc), so subsets and small test sets in the same format fail there.
+    """
     root = os.path.expanduser(cfg.root)
     _need_dir(root, "data.root")
-    splits = {}
-    for usage in ("train", "test"):
-        d = ds.Cifar10Dataset(root, usage=usage, shuffle=False)
-        splits[usage] = d.map(T.TypeCast(mstype.int32), "label")
-    return Source(
-        splits["train"],
-        splits["test"],
-        10,
-        splits["train"].get_dataset_size(),
-        splits["test"].get_dataset_size(),
-        3,
-    )
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    missing = [n for n in names if not os.path.isfile(os.path.join(root, n))]
+    if missing:
+        raise DataError(f"data.root {root!r} lacks CIFAR-10 binary files {missing} (the 'binary version' download).")
+    parts = [_cifar_file(os.path.join(root, n)) for n in names]
+    train = (np.concatenate([p[0] for p in parts[:5]]), np.concatenate([p[1] for p in parts[:5]]))
+    test = parts[5]
+
+    def make(images, labels):
+        return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False)
+
+    return Source(make(*train), make(*test), 10, _same_size(len(train[1]), 32, 32), _same_size(len(test[1]), 32, 32), 3)
 
 
 SOURCES = {"digits": digits, "synthetic": synthetic, "imagefolder": imagefolder, "cifar10": cifar10}

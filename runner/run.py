@@ -40,6 +40,7 @@ def run(cfg) -> dict:
     from runner.monitor import RunMonitor
     from runner.nan_guard import attach
     from runner.optim import build_optimizer
+    from runner.shapes import InputShapes
 
     target = setup(cfg)
     mode = cfg.mode.name.name
@@ -79,11 +80,12 @@ def run(cfg) -> dict:
     log.info(
         "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
     )
+    shapes = InputShapes(mode, data.padding["compile_budget"])
     try:
         model.train(
             train_epochs,
             data.train,
-            [monitor, *amp_callbacks, ckpt],
+            [monitor, shapes, *amp_callbacks, ckpt],
             dataset_sink_mode=sink,
             sink_size=sink_size,
             initial_epoch=initial_epoch,
@@ -107,6 +109,8 @@ def run(cfg) -> dict:
         "loss_curve": losses.tolist(),
         **monitor.timing(),
         "compile_count": len(getattr(step_cell, "compile_cache", ())),
+        **shapes.metrics(len(getattr(step_cell, "compile_cache", ()))),
+        "padding": data.padding,
         "peak_host_memory_mb": report.peak_rss_mb(),
         **watch.metrics(),
         **amp_used,

@@ -15,8 +15,8 @@ from omegaconf import MISSING
 Mode = Enum("Mode", {n: n for n in ["graph", "pynative", "jit"]})
 AmpLevel = Enum("AmpLevel", {n: n for n in ["O0", "O1", "O2", "O3", "auto"]})
 LossScaleType = Enum("LossScaleType", {n: n for n in ["none", "fixed", "dynamic"]})
-PaddingKind = Enum("PaddingKind", {n: n for n in ["fixed"]})
-PadMethod = Enum("PadMethod", {n: n for n in ["resize", "pad", "resize_pad"]})
+PaddingKind = Enum("PaddingKind", {n: n for n in ["fixed", "bucket", "none"]})
+PadMethod = Enum("PadMethod", {n: n for n in ["resize", "pad", "resize_pad", "crop"]})
 ModelStyle = Enum("ModelStyle", {n: n for n in ["cifar", "imagenet"]})
 DataSource = Enum("DataSource", {n: n for n in ["digits", "synthetic", "imagefolder", "cifar10"]})
 OptimName = Enum("OptimName", {n: n for n in ["momentum", "adam"]})
@@ -55,10 +55,11 @@ class SinkConfig:
 @dataclass
 class PaddingConfig:
     name: PaddingKind = MISSING
-    height: int = 16
-    width: int = 16
-    method: PadMethod = PadMethod.resize  # resize_pad keeps the aspect ratio, then pads
-    fill: int = 0
+    height: int = 16  # fixed
+    width: int = 16  # fixed
+    method: PadMethod = PadMethod.resize  # fixed: resize | pad | resize_pad | crop (conf/padding/fixed.yaml)
+    fill: int = 0  # fixed (pad, resize_pad), bucket: pixel value 0..255 of padded pixels
+    buckets: List[int] = field(default_factory=lambda: [8, 16, 24, 32])  # bucket: square sides, increasing
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""The data sources (digits, synthetic, imagefolder, cifar10) through build_data, on generated files."""
+
+import numpy as np
+import pytest
+from conftest import REPO
+from hydra import compose, initialize_config_dir
+from imagegen import fake_cifar10, solid_folder
+
+from runner.errors import DataError
+from runner.schema import register
+
+register()
+
+
+def compose_cfg(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def build(*overrides):
+    from datasets import build_data
+
+    cfg = compose_cfg(*overrides)
+    return build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed)
+
+
+def batches(dataset):
+    return list(dataset.create_tuple_iterator(output_numpy=True))
+
+
+# Identity normalization: pipeline outputs are pixel / 255, easy to compare with what was written.
+RAW3 = ["data.mean=[0,0,0]", "data.std=[1,1,1]"]
+RAW1 = ["data.channels=1", "data.mean=[0]", "data.std=[1]"]
+
+
+def test_digits_split_and_shapes():
+    data = build("data=digits", "batch_size=32", "padding.height=8", "padding.width=8")
+    assert (data.train_size, data.val_size) == (1797 - 359, 359)
+    assert data.steps_per_epoch == data.train.get_dataset_size() == 1438 // 32
+    x, y = batches(data.train)[0]
+    assert x.shape == (32, 1, 8, 8) and x.dtype == np.float32 and y.dtype == np.int32
+
+
+def test_synthetic_options_take_effect_and_follow_the_seed():
+    opts = ["data=synthetic", "data.num_samples=40", "data.image_size=12", "data.num_classes=3", "batch_size=8"]
+    data = build(*opts, "padding.height=12", "padding.width=12", "data.val_fraction=0.25")
+    assert (data.train_size, data.val_size, data.num_classes) == (30, 10, 3)
+    x, y = batches(data.train)[0]
+    assert x.shape == (8, 3, 12, 12) and set(y) <= {0, 1, 2}
+    again = batches(build(*opts, "padding.height=12", "padding.width=12", "data.val_fraction=0.25").train)[0][0]
+    other = batches(build(*opts, "padding.height=12", "padding.width=12", "data.val_fraction=0.25", "seed=1").train)
+    assert np.array_equal(x, again) and not np.array_equal(x, other[0][0])
+
+
+def test_imagefolder_mixed_channels_and_labels(tmp_path):
+    # Every class has one value; grayscale, RGB and RGBA files of each, at different sizes.
+    files = []
+    for split in ("train", "val"):
+        for k, cls in enumerate(["ant", "bee", "cat"]):
+            for j, mode in enumerate(["L", "RGB", "RGBA"]):
+                files.append((split, cls, f"{j}.png", mode, 5 + 3 * j, 9 - 2 * j, 40 + 60 * k))
+    solid_folder(tmp_path, files)
+    (tmp_path / "train" / "ant" / "notes.txt").write_text("not an image: skipped by extension")
+    for channels, extra in ((3, RAW3), (1, RAW1)):
+        data = build(
+            "data=imagefolder", f"data.root={tmp_path}", "batch_size=3", "padding.height=6", "padding.width=6", *extra
+        )
+        assert (data.num_classes, data.train_size, data.val_size) == (3, 9, 9)
+        for split in (data.train, data.val):
+            for x, y in batches(split):
+                assert x.shape[1:] == (channels, 6, 6)
+                # resize of a constant image is that constant: the label must match the value.
+                assert np.allclose(x * 255, (40 + 60 * y)[:, None, None, None], atol=1)
+
+
+def test_imagefolder_mistakes_name_the_culprit(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        build("data=imagefolder", f"data.root={tmp_path / 'nope'}")
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataError, match="val/"):
+        build("data=imagefolder", f"data.root={tmp_path}")
+    (tmp_path / "val").mkdir()
+    with pytest.raises(DataError, match="no class folders"):
+        build("data=imagefolder", f"data.root={tmp_path}")
+    solid_folder(tmp_path, [("train", "a", "0.png", "L", 4, 4, 9), ("val", "b", "0.png", "L", 4, 4, 9)])
+    with pytest.raises(DataError, match=r"\['b'\]"):
+        build("data=imagefolder", f"data.root={tmp_path}")
+    (tmp_path / "val" / "b" / "0.png").unlink()
+    (tmp_path / "val" / "b").rmdir()
+    (tmp_path / "train" / "a" / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match="broken.png"):
+        build("data=imagefolder", f"data.root={tmp_path}")
+
+
+def test_cifar10_binary_records(tmp_path):
+    train_labels, test_labels = fake_cifar10(tmp_path, per_file=4, test_records=6)
+    data = build(
+        "data=cifar10", f"data.root={tmp_path}", "batch_size=4", "padding.height=32", "padding.width=32", *RAW3
+    )
+    assert (data.train_size, data.val_size, data.num_classes) == (20, 6, 10)
+    assert data.padding["input_sizes"] == {"32x32": 20}
+    seen = []
+    rows, cols = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
+    for x, y in batches(data.val):
+        px = np.rint(x * 255).astype(int)
+        for img, label in zip(px, y):
+            # R encodes label and row, G the column: channel order and orientation survive the pipeline.
+            assert np.array_equal(img[0], label * 20 + rows) and np.array_equal(img[1], 100 + cols)
+            assert (img[2] == 200).all()
+            seen.append(label)
+    assert seen == list(test_labels)
+    assert sorted(y for _, ys in batches(data.train) for y in ys) == sorted(train_labels)
+
+
+def test_cifar10_missing_files(tmp_path):
+    fake_cifar10(tmp_path, per_file=1, test_records=1)
+    (tmp_path / "test_batch.bin").unlink()
+    with pytest.raises(DataError, match="test_batch.bin"):
+        build("data=cifar10", f"data.root={tmp_path}")
