@@ -1,5 +1,6 @@
 """MindSpore input pipelines built from the `data` and `padding` groups; the public surface is build_data."""
 
+import logging
 from dataclasses import dataclass
 
 import mindspore.dataset as ds
@@ -11,6 +12,8 @@ from runner.errors import ConfigError
 from runner.schema import PaddingConfig
 
 __all__ = ["build_data", "Data", "DataError"]
+
+log = logging.getLogger("runner")
 
 
 @dataclass
@@ -25,6 +28,7 @@ class Data:
     val_size: int
     steps_per_epoch: int
     padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
+    skipped_samples: list  # files that could not be decoded, left out under data.on_bad_sample=skip
 
 
 def _sample_ops(cfg, padding, channels_on_disk, sizes):
@@ -63,6 +67,10 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
     src = SOURCES[cfg.name.name](cfg, seed)
     if shard is not None:
         src.train.use_sampler(ds.DistributedSampler(shard[0], shard[1], shuffle=False))
+    if src.skipped:
+        log.warning(
+            "data.on_bad_sample=skip: %d unreadable image(s) left out, e.g. %s", len(src.skipped), src.skipped[0]
+        )
     workers = cfg.num_parallel_workers
 
     def pipeline(d, sizes, train):
@@ -95,4 +103,5 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
         src.val_size,
         steps,
         P.report(padding, src.train_sizes, batch_size),
+        src.skipped,
     )

@@ -5,10 +5,11 @@ buckets, group same-size samples and report its padding cost before a single ima
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mindspore.dataset as ds
 import mindspore.dataset.transforms as T
+import mindspore.dataset.vision as V
 import numpy as np
 from mindspore import dtype as mstype
 
@@ -26,6 +27,7 @@ class Source:
     train_sizes: np.ndarray  # (n, 2) int: each training sample's (height, width) as stored
     val_sizes: np.ndarray
     channels_on_disk: int  # 1 or 3, before conversion to data.channels
+    skipped: list = field(default_factory=list)  # unreadable files left out (data.on_bad_sample=skip)
 
     @property
     def train_size(self) -> int:
@@ -84,23 +86,37 @@ def _need_dir(path, what):
         raise DataError(f"{what} {path!r} does not exist or is not a directory.")
 
 
-def _image_sizes(folder, classes):
-    """(height, width) of every image file under folder/<class>/, read from the file headers only."""
+def _image_sizes(folder, classes, on_bad_sample: str):
+    """(height, width) of every decodable image under folder/<class>/, the files that are not, empty classes.
+
+    Each file is decoded once with PIL (a header alone misses truncated files). A bad file is an error
+    naming it, or with data.on_bad_sample=skip it is listed and left to MindSpore to skip.
+    """
     from PIL import Image
 
-    sizes = []
+    sizes, bad, empty = [], [], []
     for c in classes:
-        for entry in os.scandir(os.path.join(folder, c)):
+        found = 0
+        for entry in sorted(os.scandir(os.path.join(folder, c)), key=lambda e: e.name):
             if not entry.is_file() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
                 continue
             try:
                 with Image.open(entry.path) as im:
+                    im.load()
                     sizes.append((im.height, im.width))
-            except OSError as e:
-                raise DataError(f"{entry.path!r} is not a readable image ({e}); remove or replace it.") from e
-    if not sizes:
+                    found += 1
+            except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for corrupt or truncated data
+                if on_bad_sample == "error":
+                    raise DataError(
+                        f"{entry.path!r} is not a readable image ({e}). Remove or replace it, or set "
+                        "data.on_bad_sample=skip to train without such files."
+                    ) from None
+                bad.append(entry.path)
+        if not found:
+            empty.append(c)
+    if len(empty) == len(classes):
         raise DataError(f"{folder!r} has no image files ({', '.join(IMAGE_EXTENSIONS[::2])}) in its class folders.")
-    return np.array(sizes, dtype=np.int64)
+    return np.array(sizes, dtype=np.int64).reshape(-1, 2), bad, empty
 
 
 def imagefolder(cfg, seed):
@@ -116,15 +132,26 @@ def imagefolder(cfg, seed):
     if extra:
         raise DataError(f"val/ has class folders that train/ lacks: {extra}; every val class needs training images.")
     index = {c: i for i, c in enumerate(classes)}
-    splits, sizes = {}, {}
+    policy = cfg.on_bad_sample.name
+    # MindSpore skips a sample whose map op fails only in SKIP mode; the default raises.
+    mode = ds.config.ErrorSamplesMode
+    ds.config.set_error_samples_mode(mode.SKIP if policy == "skip" else mode.RETURN)
+    splits, sizes, skipped = {}, {}, []
     for split in ("train", "val"):
         folder = os.path.join(root, split)
         present = [c for c in classes if os.path.isdir(os.path.join(folder, c))]
-        sizes[split] = _image_sizes(folder, present)
-        d = ds.ImageFolderDataset(folder, shuffle=False, decode=True, class_indexing=index, extensions=IMAGE_EXTENSIONS)
-        splits[split] = d.map(T.TypeCast(mstype.int32), "label")
+        sizes[split], bad, empty = _image_sizes(folder, present, policy)
+        if split == "train" and empty:
+            raise DataError(
+                f"Class folders with no images in {folder!r}: {empty}. A class needs training images; "
+                "add some or remove the folder."
+            )
+        skipped += bad
+        d = ds.ImageFolderDataset(folder, shuffle=False, class_indexing=index, extensions=IMAGE_EXTENSIONS)
+        # Decode as a map op (not decode=True in the reader) so that the error-samples mode applies to it.
+        splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.
-    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3)
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped)
 
 
 CIFAR_RECORD = 1 + 3 * 32 * 32  # label byte, then the R, G and B planes, row-major

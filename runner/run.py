@@ -111,6 +111,7 @@ def run(cfg) -> dict:
         "compile_count": len(getattr(step_cell, "compile_cache", ())),
         **shapes.metrics(len(getattr(step_cell, "compile_cache", ()))),
         "padding": data.padding,
+        "skipped_samples": data.skipped_samples,
         "peak_host_memory_mb": report.peak_rss_mb(),
         **watch.metrics(),
         **amp_used,

@@ -18,6 +18,7 @@ LossScaleType = Enum("LossScaleType", {n: n for n in ["none", "fixed", "dynamic"
 PaddingKind = Enum("PaddingKind", {n: n for n in ["fixed", "bucket", "none"]})
 PadMethod = Enum("PadMethod", {n: n for n in ["resize", "pad", "resize_pad", "crop"]})
 ModelStyle = Enum("ModelStyle", {n: n for n in ["cifar", "imagenet"]})
+BadSample = Enum("BadSample", {n: n for n in ["error", "skip"]})
 DataSource = Enum("DataSource", {n: n for n in ["digits", "synthetic", "imagefolder", "cifar10"]})
 OptimName = Enum("OptimName", {n: n for n in ["momentum", "adam"]})
 Schedule = Enum("Schedule", {n: n for n in ["constant", "cosine"]})
@@ -84,6 +85,9 @@ class DataConfig:
     mean: List[float] = field(default_factory=lambda: [0.5])
     std: List[float] = field(default_factory=lambda: [0.5])
     input_scale: float = 1.0  # multiplies the normalised images (a fault to test AMP: 1e5 overflows FP16)
+    on_bad_sample: BadSample = (
+        BadSample.error
+    )  # imagefolder: a file that cannot be decoded stops the run, or is skipped
 
 
 @dataclass

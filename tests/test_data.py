@@ -117,3 +117,42 @@ def test_cifar10_missing_files(tmp_path):
     (tmp_path / "test_batch.bin").unlink()
     with pytest.raises(DataError, match="test_batch.bin"):
         build("data=cifar10", f"data.root={tmp_path}")
+
+
+def _truncated_folder(root):
+    from imagegen import digit_folder
+
+    digit_folder(root, [(12, 12), (10, 14)], per_class=8, classes=3, val_per_class=2)
+    victim = root / "train" / "1" / "1_3.png"
+    victim.write_bytes(victim.read_bytes()[:60])  # a valid header, then nothing: truncated
+    return victim
+
+
+def test_bad_image_is_an_error_naming_the_file(tmp_path):
+    _truncated_folder(tmp_path)
+    with pytest.raises(DataError, match=r"1_3.png.*on_bad_sample=skip"):
+        build("data=imagefolder", f"data.root={tmp_path}")
+
+
+def test_empty_class_folder_is_named(tmp_path):
+    _truncated_folder(tmp_path)
+    (tmp_path / "train" / "9").mkdir()
+    with pytest.raises(DataError, match=r"no images.*\['9'\]"):
+        build("data=imagefolder", f"data.root={tmp_path}", "data.on_bad_sample=skip")
+
+
+def test_skip_bad_samples_trains_and_reports_them(tmp_path, tiny):
+    from conftest import metrics, run_cli
+
+    victim = _truncated_folder(tmp_path / "data")
+    run_cli(
+        tmp_path / "run",
+        "data=imagefolder",
+        f"data.root={tmp_path / 'data'}",
+        "data.on_bad_sample=skip",
+        "batch_size=4",
+        *tiny,
+    )
+    m = metrics(tmp_path / "run")
+    assert m["skipped_samples"] == [str(victim)]
+    assert m["train_samples"] == 23 and m["final_loss"] > 0
