@@ -18,9 +18,9 @@ def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=No
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     where = [f"{key}={run_dir}"] if run_dir is not None else []
     cmd = [sys.executable, "-m", "runner", *(["-m"] if multirun else []), *where, *overrides]
-    proc = subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
+    # In-process tests set ONEDNN_MAX_CPU_ISA for themselves; a child must see only what the test passes.
+    base = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc

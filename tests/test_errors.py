@@ -92,7 +92,7 @@ def test_fuzz_random_override_sets():
     rng = random.Random(0)
     outcomes = {"ok": 0, "error": 0}
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        for _ in range(300):
+        for _ in range(150):
             keys = rng.sample(sorted(POOL), rng.randint(1, 5))
             overrides = [f"{k}={rng.choice(POOL[k])}" for k in keys]
             try:
@@ -101,7 +101,7 @@ def test_fuzz_random_override_sets():
             except (HydraException, OmegaConfBaseException, ConfigError) as e:
                 assert str(e).strip(), overrides  # an error with something to say
                 outcomes["error"] += 1
-    assert outcomes["ok"] > 20 and outcomes["error"] > 20, outcomes
+    assert outcomes["ok"] > 10 and outcomes["error"] > 10, outcomes
 
 
 def test_fuzz_through_the_cli():
@@ -170,8 +170,9 @@ def test_disk_full_keeps_what_was_written(tmp_path, tiny):
         proc = cli(*tiny, "checkpoint.every_epochs=0", f"hydra.run.dir={mnt / 'run'}")
         assert proc.returncode == 2, proc.stderr
         assert "No space left on device" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
-        files = sorted(p.name for p in (mnt / "run").iterdir())
-        assert files == [".hydra", "config.yaml", "metrics.json", "runner.log"]  # complete; no partial ckpt
+        files = {p.name for p in (mnt / "run").iterdir()}
+        assert {".hydra", "config.yaml", "metrics.json", "runner.log"} <= files
+        assert not [f for f in files if "ckpt" in f or "tmp" in f]  # no checkpoint, not even a partial one
         assert json.loads((mnt / "run" / "metrics.json").read_text())["final_loss"] > 0
         # A checkpoint during training that does not fit: the same clean error.
         proc = cli(*tiny, f"hydra.run.dir={mnt / 'run2'}")
