@@ -62,3 +62,13 @@ def test_default_configuration_reaches_98_percent(tmp_path):
     assert "val_acc" in summary and "compile" in summary and "samples/s" in summary and str(tmp_path) in summary
     for name in ("config.yaml", "metrics.json", "model.ckpt", "runner.log", ".hydra/config.yaml"):
         assert (tmp_path / name).exists(), name
+    # log_every=20: a line every 20 steps and one at the end, never one per step.
+    lines = [ln for ln in (tmp_path / "runner.log").read_text().splitlines() if f"/{m['steps']} loss" in ln]
+    assert len(lines) == m["steps"] // 20 + 1
+
+
+def test_eval_off_and_no_checkpoint(tmp_path, tiny):
+    run_cli(tmp_path, "eval=false", "save_checkpoint=false", *tiny)
+    m = metrics(tmp_path)
+    assert m["val_accuracy"] is None and "checkpoint" not in m
+    assert not (tmp_path / "model.ckpt").exists()

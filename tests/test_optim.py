@@ -1,0 +1,47 @@
+"""The `optim` group: every setting changes the learning rates or the optimizer built."""
+
+import math
+
+import pytest
+from conftest import REPO
+from hydra import compose, initialize_config_dir
+
+from runner.optim import build_optimizer, lr_schedule
+from runner.schema import register
+
+register()
+
+
+def optim_cfg(*overrides):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides)).optim
+
+
+def test_constant_schedule():
+    assert lr_schedule(optim_cfg("optim.schedule=constant", "optim.lr=0.05"), 10, 30) == [0.05] * 30
+
+
+def test_cosine_schedule_decays_to_min_lr():
+    lrs = lr_schedule(optim_cfg("optim.lr=0.1", "optim.min_lr=0.01"), 10, 100)
+    assert lrs[0] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert lrs[50] == pytest.approx(0.01 + 0.5 * 0.09 * (1 + math.cos(math.pi * 0.5)))
+    assert lrs[-1] == pytest.approx(0.01, abs=1e-4)
+
+
+def test_warmup_ramps_linearly_then_follows_the_schedule():
+    lrs = lr_schedule(optim_cfg("optim.lr=0.1", "optim.warmup_epochs=2", "optim.schedule=constant"), 5, 20)
+    assert lrs[:10] == pytest.approx([0.1 * (i + 1) / 10 for i in range(10)])
+    assert lrs[10:] == [0.1] * 10
+
+
+def test_optimizers_take_their_settings():
+    from mindspore import nn
+
+    params = nn.Dense(3, 2).trainable_params()
+    sgd = build_optimizer(optim_cfg("optim.momentum=0.8", "optim.weight_decay=0.01"), params, 4, 8)
+    assert isinstance(sgd, nn.Momentum) and float(sgd.momentum.asnumpy()) == pytest.approx(0.8)
+    assert sgd.weight_decay == pytest.approx(0.01)
+    adam = build_optimizer(optim_cfg("optim=adam", "optim.momentum=0.85"), params, 4, 8)
+    assert isinstance(adam, nn.Adam) and float(adam.beta1.asnumpy()) == pytest.approx(0.85)
+    assert len(adam.learning_rate.asnumpy()) == 8  # one rate per step: the schedule is in the optimizer
