@@ -40,7 +40,7 @@ def run(cfg) -> dict:
     from runner.monitor import RunMonitor
     from runner.nan_guard import attach
     from runner.optim import build_optimizer
-    from runner.shapes import InputShapes
+    from runner.shapes import InputShapes, compile_count
 
     target = setup(cfg)
     mode = cfg.mode.name.name
@@ -102,14 +102,15 @@ def run(cfg) -> dict:
 
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval and not failure else {}
     losses = ckpt.losses()
+    compiles = compile_count(step_cell, mode, shapes)
     metrics = {
         "val_accuracy": float(val["accuracy"]) if val else None,
         "val_loss": float(val["loss"]) if val else None,
         "final_loss": float(losses[-1]),
         "loss_curve": losses.tolist(),
         **monitor.timing(),
-        "compile_count": len(getattr(step_cell, "compile_cache", ())),
-        **shapes.metrics(len(getattr(step_cell, "compile_cache", ()))),
+        "compile_count": compiles,
+        **shapes.metrics(compiles),
         "padding": data.padding,
         "skipped_samples": data.skipped_samples,
         "peak_host_memory_mb": report.peak_rss_mb(),

@@ -52,3 +52,14 @@ class InputShapes(Callback):
             "distinct_input_shapes": len(self.counts),
             "input_shapes": {"x".join(map(str, s)): n for s, n in sorted(self.counts.items())},
         }
+
+
+def compile_count(step_cell, mode: str, shapes: InputShapes) -> int:
+    """Training-graph compiles: MindSpore's own record in graph mode (DESIGN.md fact 5), none in PyNative.
+
+    Under mode=jit MindSpore keeps its compiled phases inside the jit wrapper, out of reach; a jit
+    function compiles once per distinct input shape, so that count stands in for it.
+    """
+    if mode == "graph":
+        return len(getattr(step_cell, "compile_cache", ()))
+    return len(shapes.counts) if mode == "jit" else 0
