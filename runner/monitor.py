@@ -91,13 +91,11 @@ class RunMonitor(Callback):
         return np.array([float(_first(o).asnumpy()) for o in self.outputs], dtype=np.float32)
 
     def series(self) -> dict:
-        """Per step call: step number, loss, loss scale (None without one) and step time in ms."""
+        """Per step call: step number, loss and step time in ms."""
         counts = np.diff([0] + self.steps)
-        scales = [_scale(o) for o in self.outputs]
         return {
             "step": list(self.steps),
             "loss": self.losses().tolist(),
-            "loss_scale": scales if all(s is not None for s in scales) else None,
             "step_time_ms": (np.array(self.intervals) / counts * 1000).tolist(),
         }
 
@@ -121,13 +119,6 @@ class RunMonitor(Callback):
             "host_fraction": float(np.sum(self.gaps) / steady_time) if self.gaps else None,
             "steps": int(self.steps[-1]),
         }
-
-
-def _scale(outputs):
-    """The loss scale a loss-scale train cell returns third; None for a cell without one."""
-    if isinstance(outputs, (tuple, list)) and len(outputs) >= 3:
-        return float(np.asarray(outputs[2].asnumpy()).reshape(-1)[0])
-    return None
 
 
 class _ProgressBar:

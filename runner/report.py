@@ -80,13 +80,16 @@ def summary_line(m: dict) -> str:
 # ---- issue 4: measurements beyond timing, the run's plot, advice and the logger's final record ----
 
 
-def measure(cfg, net, data, monitor, metrics: dict) -> dict:
-    """FLOPs (counted from the layers) and peak device memory, per-step series, plot and advice."""
+def measure(cfg, net, data, monitor, metrics: dict, scales: list) -> dict:
+    """FLOPs (counted from the layers) and peak device memory, per-step series, plot and advice.
+
+    scales: the loss scale of every step, as the NaN guard traced it (runner/nan_guard.py).
+    """
     from runner import advice, flops, plots
 
     out = flops.measure(net, data, metrics["throughput_samples_per_s"], metrics["device_target"])
     out["pid"] = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
-    series = monitor.series()
+    series = {**monitor.series(), "loss_scale": list(scales) or None}
     title = (
         f"{cfg.model.name} {metrics['mode']} {metrics['amp_level_used']} batch {cfg.batch_size}: {metrics['run_dir']}"
     )

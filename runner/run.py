@@ -139,7 +139,9 @@ def run(cfg) -> dict:
         if cfg.save_checkpoint and not failure:
             report.save_checkpoint(net, os.path.join(run_dir, "model.ckpt"))
             metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
-        metrics.update(report.measure(cfg, net, data, monitor, metrics))  # FLOPs, device memory, advice, plot
+        metrics.update(
+            report.measure(cfg, net, data, monitor, metrics, watch.scales)
+        )  # FLOPs, device memory, advice, plot
         report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
         report.finish(run_dir, metrics, logger)
     except OSError as e:
