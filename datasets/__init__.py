@@ -10,6 +10,7 @@ from datasets import padding as P
 from datasets.sources import SOURCES, DataError
 from runner.errors import ConfigError
 from runner.schema import PaddingConfig
+from runner.validate import check_padding
 
 __all__ = ["build_data", "Data", "DataError"]
 
@@ -55,7 +56,7 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
 
     shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
     """
-    P.check(padding, PaddingConfig())
+    check_padding(padding, PaddingConfig())  # also in runner/validate.py; build_data may be called alone
     if shard is not None and padding.name.name != "fixed":
         # Each rank would form its own buckets from its own samples, so ranks could run different
         # numbers of steps and wait for each other forever at the gradient all-reduce.

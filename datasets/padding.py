@@ -17,43 +17,6 @@ from collections import Counter
 import mindspore.dataset.vision as V
 import numpy as np
 
-from runner.errors import ConfigError
-
-# Fields each option reads; anything else set away from its default would be silently ignored.
-USES = {
-    "fixed": {"height", "width", "method", "fill"},
-    "bucket": {"buckets", "fill"},
-    "none": set(),
-}
-SCHEMA_FIELDS = ("height", "width", "method", "fill", "buckets")
-
-
-def check(padding, defaults) -> None:
-    """Raise ConfigError for impossible values and for fields the chosen option would ignore."""
-    kind = padding.name.name
-    ignored = [
-        f"padding.{f}={_plain(getattr(padding, f))}"
-        for f in SCHEMA_FIELDS
-        if f not in USES[kind] and _plain(getattr(padding, f)) != _plain(getattr(defaults, f))
-    ]
-    if ignored:
-        raise ConfigError(
-            f"padding={kind} does not use {', '.join(ignored)}; remove it (fixed reads height, width, method "
-            "and fill; bucket reads buckets and fill; none reads nothing)."
-        )
-    if kind == "fixed" and (padding.height < 1 or padding.width < 1):
-        raise ConfigError(f"padding.height and padding.width must be positive, got {padding.height}x{padding.width}.")
-    if kind == "bucket":
-        b = list(padding.buckets)
-        if not b or b[0] < 1 or any(x >= y for x, y in zip(b, b[1:])):
-            raise ConfigError(f"padding.buckets must be positive, strictly increasing square sizes, got {b}.")
-    if not 0 <= padding.fill <= 255:
-        raise ConfigError(f"padding.fill is a pixel value 0..255, got {padding.fill}.")
-
-
-def _plain(value):
-    return value.name if hasattr(value, "name") else (list(value) if hasattr(value, "__len__") else value)
-
 
 def _fit(h, w, max_h, max_w, upscale=True):
     """Size after a resize that keeps the aspect ratio and fits in max_h x max_w (at least 1 px)."""

@@ -4,7 +4,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.errors import ConfigError
-from runner.schema import Config
+from runner.schema import Config, PaddingConfig
 
 # hydra.utils.instantiate may build only the project's own classes or MindSpore's.
 ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
@@ -32,6 +32,42 @@ def _targets(node, path=""):
             yield from _targets(node._get_node(i), f"{path}[{i}]")
 
 
+# Fields each option reads; anything else set away from its default would be silently ignored.
+USES = {
+    "fixed": {"height", "width", "method", "fill"},
+    "bucket": {"buckets", "fill"},
+    "none": set(),
+}
+SCHEMA_FIELDS = ("height", "width", "method", "fill", "buckets")
+
+
+def check_padding(padding, defaults) -> None:
+    """Raise ConfigError for impossible `padding` values and for fields the chosen option would ignore."""
+    kind = padding.name.name
+    ignored = [
+        f"padding.{f}={_plain(getattr(padding, f))}"
+        for f in SCHEMA_FIELDS
+        if f not in USES[kind] and _plain(getattr(padding, f)) != _plain(getattr(defaults, f))
+    ]
+    if ignored:
+        raise ConfigError(
+            f"padding={kind} does not use {', '.join(ignored)}; remove it (fixed reads height, width, method "
+            "and fill; bucket reads buckets and fill; none reads nothing)."
+        )
+    if kind == "fixed" and (padding.height < 1 or padding.width < 1):
+        raise ConfigError(f"padding.height and padding.width must be positive, got {padding.height}x{padding.width}.")
+    if kind == "bucket":
+        b = list(padding.buckets)
+        if not b or b[0] < 1 or any(x >= y for x, y in zip(b, b[1:])):
+            raise ConfigError(f"padding.buckets must be positive, strictly increasing square sizes, got {b}.")
+    if not 0 <= padding.fill <= 255:
+        raise ConfigError(f"padding.fill is a pixel value 0..255, got {padding.fill}.")
+
+
+def _plain(value):
+    return value.name if hasattr(value, "name") else (list(value) if hasattr(value, "__len__") else value)
+
+
 def _problems(cfg):
     def positive(name, value):
         if value <= 0:
@@ -40,8 +76,6 @@ def _problems(cfg):
     yield from positive("batch_size", cfg.batch_size)
     yield from positive("epochs", cfg.epochs)
     yield from positive("log_every", cfg.log_every)
-    yield from positive("padding.height", cfg.padding.height)
-    yield from positive("padding.width", cfg.padding.width)
     yield from positive("model.width", cfg.model.width)
     yield from positive("optim.lr", cfg.optim.lr)
     yield from positive("data.num_parallel_workers", cfg.data.num_parallel_workers)
@@ -78,6 +112,7 @@ def validate(cfg) -> None:
     """Raise ConfigError naming every value that is out of range or contradicts another."""
     for path, target in _targets(cfg):
         check_target(path, target)
+    check_padding(cfg.padding, PaddingConfig())
     try:
         # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.
         OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.to_container(cfg))

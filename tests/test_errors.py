@@ -34,6 +34,7 @@ def cli(*args, timeout=120):
         (["batch_size=-4"], "batch_size must be positive"),
         (["sink.sink_size=0"], "sink.sink_size"),
         (["padding.height=0"], "padding.height"),
+        (["padding=bucket", "padding.height=8"], "does not use padding.height=8"),  # ignored = refused
         (["amp.loss_scale.factor=1"], "amp.loss_scale.factor"),
         (["amp.loss_scale.type=dynamic", "amp.loss_scale.drop_overflow_update=true"], "drop_overflow_update"),
         (["optim.warmup_epochs=50", "epochs=2"], "optim.warmup_epochs"),
