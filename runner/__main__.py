@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from runner.errors import UserError
-from runner.preflight import check_output_dir
+from runner.preflight import check_config_file, check_output_dir
 from runner.report import write_json
 from runner.schema import register
 from runner.validate import validate
@@ -53,6 +53,7 @@ def _print_user_error(e: UserError) -> None:
 
 if __name__ == "__main__":
     check_output_dir(sys.argv[1:])
+    check_config_file(sys.argv[1:])
     main()
     from runner.sweep import failed_jobs
 

@@ -196,3 +196,18 @@ def test_resume_from_corrupt_or_foreign_checkpoint(tmp_path, tiny):
     assert proc.returncode == 2 and "does not fit this configuration" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
     assert (tmp_path / "b" / "model.ckpt").exists()  # the run resumed from is untouched
+
+
+def test_saved_config_cannot_smuggle_a_hydra_callback(tmp_path):
+    # A run directory's config.yaml may come from someone else: Hydra would instantiate its
+    # hydra.callbacks before any runner code, so the runner refuses it before Hydra starts.
+    marker = tmp_path / "pwned"
+    (tmp_path / "config.yaml").write_text(
+        "defaults: [base_config, _self_]\n"
+        # Hydra's own blocklist stops os.system or shutil.rmtree, but not this: it creates (or truncates) a file.
+        "hydra:\n  callbacks:\n    x:\n      _target_: logging.FileHandler\n"
+        f"      filename: {marker}\n"
+    )
+    proc = cli("--config-path", str(tmp_path), "--config-name", "config", "dry_run=true")
+    assert proc.returncode == 2 and "logging.FileHandler" in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists()
