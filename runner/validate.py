@@ -4,7 +4,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.errors import ConfigError
-from runner.schema import Config, PaddingConfig
+from runner.schema import Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
 
 # hydra.utils.instantiate may build only the project's own classes or MindSpore's.
 ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
@@ -32,28 +32,55 @@ def _targets(node, path=""):
             yield from _targets(node._get_node(i), f"{path}[{i}]")
 
 
-# Fields each option reads; anything else set away from its default would be silently ignored.
+# Fields each choice reads. A field set away from its default under a choice that does not read it
+# would silently do nothing, so it is refused: (choice key, fields considered, fields read per choice).
 USES = {
-    "fixed": {"height", "width", "method", "fill"},
-    "bucket": {"buckets", "fill"},
-    "none": set(),
+    "padding": (
+        "padding",
+        ("height", "width", "method", "fill", "buckets"),
+        {"fixed": {"height", "width", "method", "fill"}, "bucket": {"buckets", "fill"}, "none": set()},
+    ),
+    "data": (
+        "data",
+        ("val_fraction", "num_classes", "num_samples", "image_size", "root", "on_bad_sample"),
+        {
+            "digits": {"val_fraction"},
+            "synthetic": {"val_fraction", "num_classes", "num_samples", "image_size"},
+            "imagefolder": {"root", "on_bad_sample"},
+            "cifar10": {"root"},
+        },
+    ),
+    "amp.loss_scale": (
+        "amp.loss_scale.type",
+        ("init", "factor", "window", "drop_overflow_update"),
+        {"none": set(), "fixed": {"init", "drop_overflow_update"}, "dynamic": {"init", "factor", "window"}},
+    ),
+    "optim": ("optim.schedule", ("min_lr",), {"constant": set(), "cosine": {"min_lr"}}),
 }
-SCHEMA_FIELDS = ("height", "width", "method", "fill", "buckets")
+
+
+def unused_fields(section: str, node, defaults, kind: str) -> list:
+    """`section.field=value` for each field set away from its default that the choice `kind` ignores."""
+    _, fields, uses = USES[section]
+    return [
+        f"{section}.{f}={_plain(getattr(node, f))}"
+        for f in fields
+        if f not in uses[kind] and _plain(getattr(node, f)) != _plain(getattr(defaults, f))
+    ]
+
+
+def _unused_message(section: str, kind: str, ignored: list) -> str:
+    key, _, uses = USES[section]
+    reads = "; ".join(f"{k} reads {', '.join(sorted(v)) or 'none of them'}" for k, v in uses.items())
+    return f"{key}={kind} does not use {', '.join(ignored)}; remove it ({reads})"
 
 
 def check_padding(padding, defaults) -> None:
     """Raise ConfigError for impossible `padding` values and for fields the chosen option would ignore."""
     kind = padding.name.name
-    ignored = [
-        f"padding.{f}={_plain(getattr(padding, f))}"
-        for f in SCHEMA_FIELDS
-        if f not in USES[kind] and _plain(getattr(padding, f)) != _plain(getattr(defaults, f))
-    ]
+    ignored = unused_fields("padding", padding, defaults, kind)
     if ignored:
-        raise ConfigError(
-            f"padding={kind} does not use {', '.join(ignored)}; remove it (fixed reads height, width, method "
-            "and fill; bucket reads buckets and fill; none reads nothing)."
-        )
+        raise ConfigError(_unused_message("padding", kind, ignored) + ".")
     if kind == "fixed" and (padding.height < 1 or padding.width < 1):
         raise ConfigError(f"padding.height and padding.width must be positive, got {padding.height}x{padding.width}.")
     if kind == "bucket":
@@ -65,7 +92,9 @@ def check_padding(padding, defaults) -> None:
 
 
 def _plain(value):
-    return value.name if hasattr(value, "name") else (list(value) if hasattr(value, "__len__") else value)
+    if hasattr(value, "name"):  # an Enum
+        return value.name
+    return list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
 
 
 def _problems(cfg):
@@ -85,11 +114,14 @@ def _problems(cfg):
         yield f"sink.sink_size must be -1 (whole epoch) or positive, got {cfg.sink.sink_size}"
     if cfg.amp.loss_scale.factor <= 1:
         yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
-    if cfg.amp.loss_scale.drop_overflow_update and cfg.amp.loss_scale.type.name != "fixed":
-        yield (
-            "amp.loss_scale.drop_overflow_update applies to a fixed loss scale only (a dynamic scale always "
-            f"skips overflowed steps), but amp.loss_scale.type={cfg.amp.loss_scale.type.name}"
-        )
+    for section, node, defaults, kind in (
+        ("data", cfg.data, DataConfig(), cfg.data.name.name),
+        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type.name),
+        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule.name),
+    ):
+        ignored = unused_fields(section, node, defaults, kind)
+        if ignored:
+            yield _unused_message(section, kind, ignored)
     if cfg.model.num_classes is not None and cfg.model.num_classes <= 0:
         yield f"model.num_classes must be positive or null (take it from the data), got {cfg.model.num_classes}"
     if not 0 < cfg.data.val_fraction < 1:

@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from runner.schema import register
+from runner.validate import validate
 
 register()
 GROUPS = sorted(p.name for p in (REPO / "conf").iterdir() if p.is_dir() and p.name not in ("experiment", "hydra"))
@@ -27,12 +28,14 @@ def test_every_option_composes(group, option):
     extra += ["+experiment=ladder"] if group == "ladder" else []  # the rungs read the ladder's batch sizes
     cfg = _compose([f"{'+' if group in ADDED else ''}{group}={option}", *extra])
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # nothing left MISSING
+    validate(cfg)  # and every shipped option passes the runner's own checks
 
 
 def test_every_experiment_composes():
     for f in sorted((REPO / "conf" / "experiment").glob("*.yaml")):
         cfg = _compose([f"+experiment={f.stem}"])
         assert cfg.experiment_name == f.stem
+        validate(cfg)
 
 
 @pytest.mark.parametrize(

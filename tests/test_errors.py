@@ -35,6 +35,9 @@ def cli(*args, timeout=120):
         (["sink.sink_size=0"], "sink.sink_size"),
         (["padding.height=0"], "padding.height"),
         (["padding=bucket", "padding.height=8"], "does not use padding.height=8"),  # ignored = refused
+        (["data.root=/some/where"], "data=digits does not use data.root=/some/where"),
+        (["optim.schedule=constant", "optim.min_lr=0.01"], "does not use optim.min_lr=0.01"),
+        (["amp.loss_scale.type=none", "amp.loss_scale.init=512"], "does not use amp.loss_scale.init=512"),
         (["amp.loss_scale.factor=1"], "amp.loss_scale.factor"),
         (["amp.loss_scale.type=dynamic", "amp.loss_scale.drop_overflow_update=true"], "drop_overflow_update"),
         (["optim.warmup_epochs=50", "epochs=2"], "optim.warmup_epochs"),
