@@ -14,6 +14,13 @@ def conv1x1(cin, cout, stride=1):
     return nn.Conv2d(cin, cout, 1, stride=stride, has_bias=False)
 
 
+def shortcut(cin, cout, stride):
+    """None (identity) when shapes match, else the 1x1 projection with BatchNorm."""
+    if stride == 1 and cin == cout:
+        return None
+    return nn.SequentialCell([conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)])
+
+
 class BasicBlock(nn.Cell):
     """Two 3x3 convolutions with an identity (or 1x1 projection) shortcut."""
 
@@ -27,9 +34,7 @@ class BasicBlock(nn.Cell):
         self.conv2 = conv3x3(width, cout)
         self.bn2 = nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.SequentialCell([conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)])
+        self.down = shortcut(cin, cout, stride)
 
     def construct(self, x):
         identity = x if self.down is None else self.down(x)
@@ -53,9 +58,7 @@ class Bottleneck(nn.Cell):
         self.conv3 = conv1x1(width, cout)
         self.bn3 = nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.SequentialCell([conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)])
+        self.down = shortcut(cin, cout, stride)
 
     def construct(self, x):
         identity = x if self.down is None else self.down(x)
