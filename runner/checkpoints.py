@@ -76,12 +76,11 @@ class Checkpointer(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        outputs = self.monitor.outputs[self._epoch_start :]
-        self._epoch_start = len(self.monitor.outputs)
+        start, self._epoch_start = self._epoch_start, len(self.monitor.outputs)
         if self.signum is not None or not self.cfg.every_epochs or cb.cur_epoch_num % self.cfg.every_epochs:
             return
-        loss = float(np.mean([_first(o).asnumpy() for o in outputs])) if outputs else None
-        self.save(cb, best_loss=loss)
+        losses = self.monitor.losses(start)
+        self.save(cb, best_loss=float(np.mean(losses)) if len(losses) else None)
 
     def global_step(self, cb) -> int:
         return self.start_step + cb.cur_step_num
@@ -131,10 +130,6 @@ class Checkpointer(Callback):
         if self.signum is not None:
             log.warning("interrupted; resume with resume=true and hydra.run.dir=<this run directory>")
             raise SystemExit(128 + self.signum)
-
-
-def _first(outputs):
-    return outputs[0] if isinstance(outputs, (tuple, list)) else outputs
 
 
 def find_resume(resume, run_dir: str) -> dict:

@@ -86,9 +86,9 @@ class RunMonitor(Callback):
     def steps_in_last_call(self) -> int:
         return self.steps[-1] - (self.steps[-2] if len(self.steps) > 1 else 0)
 
-    def losses(self) -> np.ndarray:
-        """Loss at the end of every step call, as float32."""
-        return np.array([float(_first(o).asnumpy()) for o in self.outputs], dtype=np.float32)
+    def losses(self, start: int = 0) -> np.ndarray:
+        """Loss at the end of every step call from call `start` on, as float32."""
+        return np.array([float(_first(o).asnumpy()) for o in self.outputs[start:]], dtype=np.float32)
 
     def series(self) -> dict:
         """Per step call: step number, loss and step time in ms."""

@@ -48,25 +48,12 @@ def _option(argv, names):
     return None
 
 
-def _targets(node, path=""):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            where = f"{path}.{key}" if path else str(key)
-            if key == "_target_":
-                yield where, value
-            else:
-                yield from _targets(value, where)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _targets(value, f"{path}[{i}]")
-
-
 def check_config_file(argv) -> None:
     """Exit 2 when a config named by --config-path (a saved run's, say) names a callable outside the
     project, MindSpore and Hydra's own plugins: its `hydra:` block would be instantiated before any check."""
     import yaml
 
-    from runner.validate import ALLOWED_TARGET_PREFIXES
+    from runner.validate import ALLOWED_TARGET_PREFIXES, targets
 
     path = _option(argv, ("--config-path", "-cp"))
     if path is None:
@@ -82,7 +69,7 @@ def check_config_file(argv) -> None:
         print(f"Error: {file!r} is not valid YAML ({e}).", file=sys.stderr)
         sys.exit(2)
     allowed = ALLOWED_TARGET_PREFIXES + HYDRA_TARGET_PREFIXES
-    for where, target in _targets(data):
+    for where, target in targets(data):
         if not isinstance(target, str) or not target.startswith(allowed):
             print(
                 f"Error: {file!r} sets {where}={target!r}, which is refused: configs may only name classes of "

@@ -133,16 +133,16 @@ def run(cfg) -> dict:
         distributed.write_rank_record(run_dir, rank, net, float(losses[-1]))
         if rank != 0:
             return metrics  # rank 0 writes the run's outputs
+    metrics_path, ckpt_path = os.path.join(run_dir, "metrics.json"), os.path.join(run_dir, "model.ckpt")
     try:  # the numbers first: a checkpoint that cannot be written must not take them with it
         report.write_config(run_dir, cfg)
-        report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+        report.write_json(metrics_path, metrics)
         if cfg.save_checkpoint and not failure:
-            report.save_checkpoint(net, os.path.join(run_dir, "model.ckpt"))
-            metrics["checkpoint"] = os.path.join(run_dir, "model.ckpt")
-        metrics.update(
-            report.measure(cfg, net, data, monitor, metrics, watch.scales)
-        )  # FLOPs, device memory, advice, plot
-        report.write_json(os.path.join(run_dir, "metrics.json"), metrics)
+            report.save_checkpoint(net, ckpt_path)
+            metrics["checkpoint"] = ckpt_path
+        # FLOPs, device memory, advice, plot
+        metrics.update(report.measure(cfg, net, data, monitor, metrics, watch.scales))
+        report.write_json(metrics_path, metrics)
         report.finish(run_dir, metrics, logger)
     except OSError as e:
         raise UserError(

@@ -1,6 +1,6 @@
 """Checks that need more than a type: ranges and contradictions, before anything heavy loads."""
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.errors import ConfigError
@@ -19,17 +19,18 @@ def check_target(path: str, target) -> None:
         )
 
 
-def _targets(node, path=""):
-    if isinstance(node, DictConfig):
-        for key in node.keys():
+def targets(node, path=""):
+    """(dotted path, value) of every `_target_` in plain dicts and lists (a config as YAML or to_container)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
             where = f"{path}.{key}" if path else str(key)
             if key == "_target_":
-                yield where, node._get_node(key)._value()
+                yield where, value
             else:
-                yield from _targets(node._get_node(key), where)
-    elif isinstance(node, ListConfig):
-        for i in range(len(node)):
-            yield from _targets(node._get_node(i), f"{path}[{i}]")
+                yield from targets(value, where)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from targets(value, f"{path}[{i}]")
 
 
 # Fields each choice reads. A field set away from its default under a choice that does not read it
@@ -142,12 +143,13 @@ def _problems(cfg):
 
 def validate(cfg) -> None:
     """Raise ConfigError naming every value that is out of range or contradicts another."""
-    for path, target in _targets(cfg):
+    plain = OmegaConf.to_container(cfg)  # unresolved: a `_target_` is checked as written
+    for path, target in targets(plain):
         check_target(path, target)
     check_padding(cfg.padding, PaddingConfig())
     try:
         # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.
-        OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.to_container(cfg))
+        OmegaConf.merge(OmegaConf.structured(Config), plain)
     except OmegaConfBaseException as e:
         raise ConfigError(
             f"{getattr(e, 'full_key', '?')} is not a setting of the runner ({str(e).splitlines()[0].strip()}); "
