@@ -19,4 +19,5 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
         num_classes=cfg.num_classes or num_classes,
         in_channels=in_channels,
         image_size=image_size,
+        conv=cfg.conv.value if hasattr(cfg.conv, "value") else str(cfg.conv),
     )

@@ -18,6 +18,7 @@ LossScaleType = Enum("LossScaleType", {n: n for n in ["none", "fixed", "dynamic"
 PaddingKind = Enum("PaddingKind", {n: n for n in ["fixed", "bucket", "none"]})
 PadMethod = Enum("PadMethod", {n: n for n in ["resize", "pad", "resize_pad", "crop"]})
 ModelStyle = Enum("ModelStyle", {n: n for n in ["cifar", "imagenet"]})
+ConvPath = Enum("ConvPath", {n: n for n in ["auto", "native", "gemm"]})
 BadSample = Enum("BadSample", {n: n for n in ["error", "skip"]})
 DataSource = Enum("DataSource", {n: n for n in ["digits", "synthetic", "imagefolder", "cifar10"]})
 OptimName = Enum("OptimName", {n: n for n in ["momentum", "adam"]})
@@ -70,6 +71,9 @@ class ModelConfig:
     depth: int = MISSING
     width: int = 16  # channels of the first stage
     num_classes: Optional[int] = None  # None: take it from the data
+    # Convolution algorithm on CPU (models/conv.py): per layer shape, timed once per machine (auto),
+    # MindSpore's Conv2D (native) or im2col + MatMul (gemm). GPU/Ascend always run native.
+    conv: ConvPath = ConvPath.auto
 
 
 @dataclass
