@@ -41,17 +41,27 @@ LAYERS = [
 
 
 # ---------------------------------------------------------------- MindSpore side
-def ms_setup():
+def ms_setup(threads: int):
     os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")  # what the runner does on CPU
     sys.path.insert(0, REPO)
     import mindspore as ms
 
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    if threads:
+        ms.set_context(runtime_num_threads=threads)
     return ms
 
 
-def ms_train(conv: str, steps: int, jit_level: str = "") -> dict:
-    ms = ms_setup()
+def torch_setup(threads: int):
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    return torch
+
+
+def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
+    ms = ms_setup(threads)
     if jit_level:  # graph compile level: O0 (kernel by kernel) or O1 (with fusion); default: MindSpore's choice
         ms.set_context(jit_config={"jit_level": jit_level})
     import numpy as np
@@ -83,8 +93,8 @@ def ms_train(conv: str, steps: int, jit_level: str = "") -> dict:
     return {"step_s": times[1:], "compile_s": times[0], "build_s": build_s, "paths": paths}
 
 
-def ms_layers(path: str, repeats: int) -> dict:
-    ms_setup()
+def ms_layers(path: str, repeats: int, threads: int) -> dict:
+    ms_setup(threads)
     from models import conv as C
 
     C.BENCH_BATCH, C.BENCH_REPEATS = BATCH, repeats
@@ -134,8 +144,8 @@ def torch_resnet18():
     return tnn.Sequential(*layers)
 
 
-def torch_train(steps: int) -> dict:
-    import torch
+def torch_train(steps: int, threads: int) -> dict:
+    torch = torch_setup(threads)
 
     torch.manual_seed(0)
     net = torch_resnet18()
@@ -156,8 +166,8 @@ def torch_train(steps: int) -> dict:
     return {"step_s": times[1:], "compile_s": 0.0, "build_s": 0.0, "paths": {}}
 
 
-def torch_layers(repeats: int) -> dict:
-    import torch
+def torch_layers(repeats: int, threads: int) -> dict:
+    torch = torch_setup(threads)
 
     out = {}
     for name, cin, cout, k, s, p, size, _ in LAYERS:
@@ -200,20 +210,20 @@ def torch_profile(steps: int) -> list:
 # ---------------------------------------------------------------- driver
 def worker(args):
     if args.worker == "torch":
-        res = torch_train(args.steps)
+        res = torch_train(args.steps, args.threads)
     elif args.worker == "torch-layers":
-        res = {"layers": torch_layers(args.layer_repeats), "profile": torch_profile(3)}
+        res = {"layers": torch_layers(args.layer_repeats, args.threads), "profile": torch_profile(3)}
     elif args.worker.startswith("ms-layers:"):
-        res = ms_layers(args.worker.split(":", 1)[1], args.layer_repeats)
+        res = ms_layers(args.worker.split(":", 1)[1], args.layer_repeats, args.threads)
     else:  # ms:<conv>[:<jit_level>]
         _, conv, *level = args.worker.split(":")
-        res = ms_train(conv, args.steps, level[0] if level else "")
+        res = ms_train(conv, args.steps, args.threads, level[0] if level else "")
     print("RESULT " + json.dumps(res))
 
 
 def spawn(kind: str, args) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--steps", str(args.steps)]
-    cmd += ["--layer-repeats", str(args.layer_repeats)]
+    cmd += ["--layer-repeats", str(args.layer_repeats), "--threads", str(args.threads)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -229,6 +239,9 @@ def main():
         "--conv", default="native,auto", help="MindSpore variants: model.conv values, each optionally :jit_level"
     )
     p.add_argument("--layer-repeats", type=int, default=5)
+    p.add_argument(
+        "--threads", type=int, default=0, help="intra-op threads for both frameworks (0: each one's default)"
+    )
     p.add_argument("--layers-only", action="store_true", help="only the per-layer table")
     p.add_argument("--no-layers", action="store_true", help="skip the per-layer table")
     p.add_argument("--worker", help=argparse.SUPPRESS)

@@ -214,7 +214,7 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
         return "native"
     if path == "gemm":
         return "gemm"
-    shape = f"{cin}->{cout} k{kernel_size} s{stride} p{padding} @{size}x{size}"
+    shape = f"{cin}->{cout} k{kernel_size} s{stride} p{padding} @{size}x{size} batch {BENCH_BATCH}"
     file = cache_path()
     cache = _load_cache(file)
     entry = cache.get(machine_key(), {}).get(shape)
