@@ -7,11 +7,13 @@ import json
 import mindspore as ms
 import numpy as np
 import pytest
+from conftest import metrics, run_cli
 from mindspore import Tensor, nn, ops
 
 from models import conv as C
 from models.resnet import resnet
-from tests.conftest import metrics, run_cli
+
+pytestmark = pytest.mark.cpu_only  # the gemm path exists on CPU only; elsewhere every choice is native
 
 # (cin, cout, kernel, stride, padding, input side): every kind of convolution the ResNets build.
 SHAPES = [
@@ -119,6 +121,14 @@ def test_explicit_choices_and_infeasible_shapes_do_not_time(pynative, tmp_path, 
     assert not C.cache_path().exists()
     with pytest.raises(ValueError, match="model.conv must be one of"):
         C.choose_path("fast", 4, 6, 3, 1, 1, 4)
+
+
+def test_the_default_run_says_which_path_each_convolution_took(tiny_run):
+    flops = metrics(tiny_run)["flops"]
+    paths = flops["conv_paths"]  # default model.conv=auto: whatever this machine measured, all 9 accounted
+    assert set(paths) <= {"native", "gemm"}
+    assert sum(e["layers"] for e in paths.values()) == 9
+    assert sum(e["forward_flops_per_sample"] for e in paths.values()) == flops["forward_conv_per_sample"]
 
 
 def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
