@@ -87,9 +87,11 @@ class Conv2d(nn.Conv2d):
         # inflated k*k*C x N*OH*OW matrix then needs a transpose.
         cols = ops.reshape(ops.transpose(x, (0, 2, 3, 1)), (n, h * w, c))
         if self.select is not None:
-            cols = ops.matmul(self.select, cols)  # (N, OH*OW*k*k, C): im2col as a MatMul with a 0/1 matrix
+            # (N, OH*OW*k*k, C): im2col as a MatMul with a 0/1 matrix, in the input's precision (AMP casts
+            # the cell's inputs, not this constant).
+            cols = ops.matmul(ops.cast(self.select, x.dtype), cols)
         cols = ops.reshape(cols, (n * pixels, kk * c))
-        wmat = ops.reshape(ops.transpose(self.weight, (0, 2, 3, 1)), (self.out_channels, kk * c))
+        wmat = ops.reshape(ops.transpose(ops.cast(self.weight, x.dtype), (0, 2, 3, 1)), (self.out_channels, kk * c))
         out = self.matmul_bt(cols, wmat)  # (N*OH*OW, Cout)
         return ops.transpose(ops.reshape(out, (n, oh, ow, self.out_channels)), (0, 3, 1, 2))
 

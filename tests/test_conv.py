@@ -34,6 +34,14 @@ def pynative():
     ms.set_context(mode=mode)
 
 
+@pytest.fixture
+def graph():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
 def fwd_bwd(cell, x, dy):
     """Output, input gradient and weight gradient for the upstream gradient dy."""
     grads = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)(cell, cell.trainable_params())
@@ -56,21 +64,28 @@ def test_gemm_matches_nn_conv2d_forward_and_backward(pynative, shape):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size():
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    try:
-        rng = np.random.default_rng(1)
-        ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)
-        gemm = C.Conv2d(4, 6, 3, 1, 1, "gemm", 4)
-        gemm.weight.set_data(ref.weight.data)
-        for size in (4, 6):  # 6: built for 4, so this graph runs the native convolution instead
-            x = Tensor(rng.standard_normal((3, 4, size, size), dtype=np.float32))
-            dy = Tensor(rng.standard_normal((3, 6, size, size), dtype=np.float32))
-            for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(gemm, x, dy)):
-                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    finally:
-        ms.set_context(mode=mode)
+def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
+    rng = np.random.default_rng(1)
+    ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)
+    gemm = C.Conv2d(4, 6, 3, 1, 1, "gemm", 4)
+    gemm.weight.set_data(ref.weight.data)
+    for size in (4, 6):  # 6: built for 4, so this graph runs the native convolution instead
+        x = Tensor(rng.standard_normal((3, 4, size, size), dtype=np.float32))
+        dy = Tensor(rng.standard_normal((3, 6, size, size), dtype=np.float32))
+        for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(gemm, x, dy)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_runs_in_float16_as_amp_o2_casts_it(graph):
+    rng = np.random.default_rng(3)
+    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
+    gemm = C.Conv2d(4, 6, 3, 2, 1, "gemm", 6)
+    gemm.weight.set_data(ref.weight.data)
+    x = Tensor(rng.standard_normal((2, 4, 6, 6), dtype=np.float32))
+    want = ref(x).asnumpy()
+    got = gemm.to_float(ms.float16)(x.astype(ms.float16)).asnumpy()
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
 
 
 def test_checkpoint_saved_under_one_choice_loads_under_another(pynative, tmp_path):
