@@ -46,9 +46,14 @@ ConfigStore.instance().store(name="export_schema", node=ExportConfig)
 
 def check_installed(fmt: str) -> None:
     """A ConfigError naming the missing package when the format's parity check cannot run here."""
-    import importlib.util
+    import importlib
 
-    missing = [pip for module, pip in NEEDS[fmt] if importlib.util.find_spec(module) is None]
+    missing = []
+    for module, pip in NEEDS[fmt]:
+        try:  # imported, not only looked up: a broken installation is as unusable as a missing one
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(pip)
     if missing:
         raise ConfigError(
             f"format={fmt} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "

@@ -145,7 +145,7 @@ def predict(app) -> dict:
     write_json(os.path.join(out_dir, "predict.json"), summary)
     _print_table(console, app, good, names, top_idx, top_p)
     skipped = f", {len(bad)} unreadable skipped" if bad else ""
-    print(f"{len(good)} images classified{skipped} | top-{k} | outputs: {csv_path}", flush=True)
+    print(f"{len(good)} images classified{skipped} | top-{k} in predictions.csv | outputs: {out_dir}", flush=True)
     return summary
 
 
