@@ -37,10 +37,12 @@ ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
 
 
 def run_network(net, dataset):
-    """Logits, labels and the per-sample mean loss of net (FP32 logits) over a batched (image, label) dataset.
+    """Logits, labels, the per-sample mean loss and the mean of batch losses of net (FP32 logits) over
+    a batched (image, label) dataset.
 
-    The loss is training's own (runner.amp.loss_fn), averaged over samples: MindSpore's nn.Loss metric
-    that training's val_loss comes from averages batch means, which differs when the last batch is partial.
+    The loss is training's own (runner.amp.loss_fn). Training's val_loss comes from MindSpore's nn.Loss
+    metric, which averages batch means: with a partial last batch that is not the per-sample mean, so
+    both are returned (the second reproduces val_loss).
     """
     from mindspore import nn
 
@@ -48,16 +50,17 @@ def run_network(net, dataset):
 
     cell = nn.WithEvalCell(net, loss_fn())
     cell.set_train(False)
-    logits, labels, loss_sum = [], [], 0.0
+    logits, labels, losses = [], [], []
     for images, y in dataset.create_tuple_iterator(num_epochs=1):
         loss, out, _ = cell(images, y)
         logits.append(out.asnumpy())
         labels.append(y.asnumpy())
-        loss_sum += float(loss.asnumpy()) * len(labels[-1])
+        losses.append(float(loss.asnumpy()))
     if not labels:
         raise ConfigError("The validation set is empty: there is nothing to evaluate.")
+    sizes = [len(y) for y in labels]
     logits, labels = np.concatenate(logits), np.concatenate(labels).astype(np.int64)
-    return logits, labels, loss_sum / len(labels)
+    return logits, labels, float(np.dot(losses, sizes) / len(labels)), float(np.mean(losses))
 
 
 def scores(logits: np.ndarray, labels: np.ndarray, names: list) -> dict:
@@ -127,7 +130,7 @@ def evaluate(app) -> dict:
     data, net = lifecycle.build(cfg, app.batch_size)
     ckpt = lifecycle.load_weights(net, lifecycle.checkpoint_path(app.run, app.ckpt), cfg)
     net, level = lifecycle.inference_net(net, cfg, app.amp, target, out_dir)
-    logits, labels, loss = run_network(net, data.val)
+    logits, labels, loss, batch_mean = run_network(net, data.val)
     names = lifecycle.class_names(data, logits.shape[1])
     result = scores(logits, labels, names)
     trained = os.path.join(app.run, "metrics.json")
@@ -140,7 +143,8 @@ def evaluate(app) -> dict:
     overrides = {k: v for k, v in OmegaConf.to_container(app.data, enum_to_str=True).items() if v is not None}
     metrics = {
         **result,
-        "loss": loss,
+        "loss": loss,  # per-sample mean
+        "loss_batch_mean": batch_mean,  # mean of batch means, as training's val_loss
         "samples": int(len(labels)),
         "num_classes": int(logits.shape[1]),
         "checkpoint": ckpt["path"],
