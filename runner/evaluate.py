@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, OmegaConf
 
 from runner.errors import ConfigError
-from runner.lifecycle import DataOverrides, check_run_argument, user_errors
+from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -120,7 +120,8 @@ def confusion_plot(confusion: dict, path: str, title: str) -> str:
 def evaluate(app) -> dict:
     """Evaluate a checkpoint of app.run on its validation data; write and return the metrics."""
     from runner import lifecycle
-    from runner.report import versions, write_json
+    from runner.files import write_json
+    from runner.report.outputs import versions
 
     out_dir = HydraConfig.get().runtime.output_dir
     if app.batch_size is not None and app.batch_size < 1:
@@ -149,7 +150,7 @@ def evaluate(app) -> dict:
         "num_classes": int(logits.shape[1]),
         "checkpoint": ckpt["path"],
         "run": os.path.abspath(app.run),
-        "data": lifecycle.choice(cfg.data.name),
+        "data": str(cfg.data.name),
         "data_overrides": overrides,
         "amp_level_used": level,
         "device_target": target,
@@ -170,7 +171,7 @@ def evaluate(app) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 def main(app) -> float:
-    with user_errors():
+    with reported_errors():
         return evaluate(app)["top1"]
 
 

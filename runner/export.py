@@ -11,7 +11,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from enum import Enum
 
 import hydra
 import numpy as np
@@ -19,12 +18,18 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
+from datasets.settings import Choice
 from runner.errors import ConfigError, UserError
-from runner.lifecycle import DataOverrides, check_run_argument, user_errors
+from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
 
-ExportFormat = Enum("ExportFormat", {n: n for n in ["mindir", "onnx"]})
+
+class ExportFormat(Choice):
+    mindir = "mindir"
+    onnx = "onnx"
+
+
 # What each format's parity check needs beyond MindSpore, as pip names them (the `export` extra).
 NEEDS = {"mindir": [], "onnx": [("onnx", "onnx"), ("onnxruntime", "onnxruntime")]}
 SUFFIX = {"mindir": ".mindir", "onnx": ".onnx"}
@@ -66,12 +71,9 @@ def check_installed(fmt: str) -> None:
 def input_shapes(cfg, data) -> list:
     """(height, width) of each exported file: the run's fixed size, each bucket, or for padding=none the
     size the network was built for (the median training sample's)."""
-    from runner.lifecycle import choice
-
-    kind = choice(cfg.padding.name)
-    if kind == "fixed":
+    if cfg.padding.name == "fixed":
         return [(cfg.padding.height, cfg.padding.width)]
-    if kind == "bucket":
+    if cfg.padding.name == "bucket":
         return [(b, b) for b in cfg.padding.buckets]
     return [(data.height, data.width)]
 
@@ -174,9 +176,10 @@ def export(app) -> dict:
     import mindspore as ms
 
     from runner import lifecycle
-    from runner.report import versions, write_json
+    from runner.files import write_json
+    from runner.report.outputs import versions
 
-    fmt = lifecycle.choice(app.format)
+    fmt = str(app.format)
     check_installed(fmt)  # before anything heavy
     if app.batch_size < 1 or app.parity_samples < 1:
         raise ConfigError(
@@ -258,7 +261,7 @@ def _format_versions(fmt: str) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export")
 def main(app) -> None:
-    with user_errors():
+    with reported_errors():
         export(app)
 
 

@@ -16,8 +16,9 @@ from typing import Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.errors import ConfigError, UserError
-from runner.schema import Config, DataConfig
+from datasets.settings import DataConfig
+from runner.errors import ConfigError, UserError, user_errors
+from runner.schema import Config
 
 CONFIG = "config.yaml"
 # ckpt= names: the run's final weights, and the resumable checkpoints latest.json records.
@@ -30,23 +31,19 @@ DataOverrides = make_dataclass(
 )
 
 
-def choice(value) -> str:
-    """The plain name of a config choice (an Enum member or a str)."""
-    return str(getattr(value, "value", value))
-
-
-def print_user_error(e: UserError) -> None:
+def print_user_error(e: Exception) -> None:
     """One readable paragraph on stderr; paths are never broken across lines."""
     text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
     print(text, file=sys.stderr, flush=True)
 
 
 @contextmanager
-def user_errors():
-    """A user's mistake ends the command with one paragraph and exit status 2, never a traceback."""
+def reported_errors():
+    """A user's mistake (the runner's, datasets' or models' error types) ends the command with one
+    paragraph and exit status 2, never a traceback."""
     try:
         yield
-    except UserError as e:
+    except user_errors() as e:
         print_user_error(e)
         sys.exit(2)
 
@@ -118,7 +115,7 @@ def start(cfg) -> str:
     from runner.context import cap_cpu_isa, setup
 
     cap_cpu_isa(cfg.device)  # before MindSpore loads
-    return setup(cfg)
+    return setup(cfg.device, cfg.mode, cfg.seed)
 
 
 def build(cfg, batch_size: Optional[int] = None):
@@ -222,13 +219,10 @@ def inference_net(net, cfg, amp: bool, target: str, out_dir: str):
     The run's val_accuracy was measured at its AMP level (O0 on CPU under amp=auto), so amp=True
     reproduces it; the exported network is the FP32 one.
     """
-    from runner.amp import resolve_level, wrap_amp
-    from runner.train_step import FP32Logits
+    from runner.amp import build_loss_net, resolve_level
 
-    level = resolve_level(choice(cfg.amp.level), target) if amp else "O0"
-    if level != "O0":
-        net = wrap_amp(net, level, list(cfg.amp.keep_fp32), out_dir)
-    out = FP32Logits(net)
+    level = resolve_level(cfg.amp.level, target) if amp else "O0"
+    out, _ = build_loss_net(net, level, list(cfg.amp.keep_fp32), out_dir)  # as training builds it
     out.set_train(False)
     return out, level
 
@@ -242,6 +236,6 @@ def padding_record(padding) -> dict:
     """The `padding` group's fields that its chosen option reads, as plain values."""
     from runner.validate import USES
 
-    kind = choice(padding.name)
+    kind = str(padding.name)
     plain = OmegaConf.to_container(padding, enum_to_str=True)
     return {"name": kind, **{k: plain[k] for k in sorted(USES["padding"][2][kind])}}

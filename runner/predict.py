@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
 from runner.errors import ConfigError, DataError
-from runner.lifecycle import DataOverrides, check_run_argument, user_errors
+from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -84,7 +84,7 @@ def predict(app) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from runner import lifecycle
-    from runner.report import write_json
+    from runner.files import write_json
 
     out_dir = HydraConfig.get().runtime.output_dir
     if app.topk < 1:
@@ -140,7 +140,7 @@ def predict(app) -> dict:
         "run": os.path.abspath(app.run),
         "amp_level_used": level,
         "device_target": target,
-        "padding": lifecycle.choice(cfg.padding.name),
+        "padding": str(cfg.padding.name),
     }
     write_json(os.path.join(out_dir, "predict.json"), summary)
     _print_table(console, app, good, names, top_idx, top_p)
@@ -170,7 +170,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="predict")
 def main(app) -> None:
-    with user_errors():
+    with reported_errors():
         predict(app)
 
 

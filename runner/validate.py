@@ -3,6 +3,8 @@
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from datasets.errors import DataConfigError
+from datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
 from runner.schema import Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
 
@@ -78,18 +80,14 @@ def _unused_message(section: str, kind: str, ignored: list) -> str:
 
 def check_padding(padding, defaults) -> None:
     """Raise ConfigError for impossible `padding` values and for fields the chosen option would ignore."""
-    kind = padding.name.name
+    kind = padding.name
     ignored = unused_fields("padding", padding, defaults, kind)
     if ignored:
         raise ConfigError(_unused_message("padding", kind, ignored) + ".")
-    if kind == "fixed" and (padding.height < 1 or padding.width < 1):
-        raise ConfigError(f"padding.height and padding.width must be positive, got {padding.height}x{padding.width}.")
-    if kind == "bucket":
-        b = list(padding.buckets)
-        if not b or b[0] < 1 or any(x >= y for x, y in zip(b, b[1:])):
-            raise ConfigError(f"padding.buckets must be positive, strictly increasing square sizes, got {b}.")
-    if not 0 <= padding.fill <= 255:
-        raise ConfigError(f"padding.fill is a pixel value 0..255, got {padding.fill}.")
+    try:
+        check_padding_values(padding)
+    except DataConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _plain(value):
@@ -116,9 +114,9 @@ def _problems(cfg):
     if cfg.amp.loss_scale.factor <= 1:
         yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
     for section, node, defaults, kind in (
-        ("data", cfg.data, DataConfig(), cfg.data.name.name),
-        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type.name),
-        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule.name),
+        ("data", cfg.data, DataConfig(), cfg.data.name),
+        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
+        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -137,8 +135,8 @@ def _problems(cfg):
         yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
     if cfg.optim.min_lr < 0 or cfg.optim.min_lr > cfg.optim.lr:
         yield f"optim.min_lr must be between 0 and optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
-    if cfg.data.name.name in ("imagefolder", "cifar10") and not cfg.data.root:
-        yield f"data={cfg.data.name.name} needs data.root"
+    if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
+        yield f"data={cfg.data.name} needs data.root"
 
 
 def validate(cfg) -> None:
