@@ -173,8 +173,9 @@ def load_weights(net, path: str, cfg) -> dict:
     """Load a checkpoint's weights into net; a ConfigError naming what does not fit. Returns a record.
 
     Resumable checkpoints hold the whole train cell (optimizer moments, loss scale, step); only the
-    network's own parameters are taken from them. Shapes are compared first, because MindSpore's
-    load_param_into_net reports a mismatch as a RuntimeError with a long C++ trace.
+    network's own parameters are taken from them. Shapes are compared here first: MindSpore's
+    load_param_into_net stops at the first mismatch with a RuntimeError and a CRITICAL log line
+    (docs/mindspore-notes.md#load-param-shape), while the user needs every misfit named.
     """
     import mindspore as ms
 
