@@ -126,11 +126,9 @@ def evaluate(app) -> dict:
     out_dir = HydraConfig.get().runtime.output_dir
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    cfg = lifecycle.load_config(app.run, app.data)
-    target = lifecycle.start(cfg)
-    data, net = lifecycle.build(cfg, app.batch_size)
-    ckpt = lifecycle.load_weights(net, lifecycle.checkpoint_path(app.run, app.ckpt), cfg)
-    net, level = lifecycle.inference_net(net, cfg, app.amp, target, out_dir)
+    saved = lifecycle.open_run(app.run, app.ckpt, lifecycle.load_config(app.run, app.data), app.batch_size)
+    cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
+    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
     names = lifecycle.class_names(data, logits.shape[1])
     result = scores(logits, labels, names)

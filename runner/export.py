@@ -70,12 +70,14 @@ def check_installed(fmt: str) -> None:
 
 def input_shapes(cfg, data) -> list:
     """(height, width) of each exported file: the run's fixed size, each bucket, or for padding=none the
-    size the network was built for (the median training sample's)."""
+    most frequent training size (the shape most of its batches had)."""
     if cfg.padding.name == "fixed":
         return [(cfg.padding.height, cfg.padding.width)]
     if cfg.padding.name == "bucket":
         return [(b, b) for b in cfg.padding.buckets]
-    return [(data.height, data.width)]
+    sizes = data.padding["input_sizes"]  # {"HxW": training samples}
+    h, w = max(sizes, key=sizes.get).split("x")
+    return [(int(h), int(w))]
 
 
 def refusal(err: Exception, fmt: str):
@@ -139,16 +141,18 @@ class Exported:
         return self.cell(Tensor(x)).asnumpy()
 
 
-def parity_images(dataset, shape: tuple, limit: int) -> np.ndarray:
-    """Up to `limit` validation images (normalized, as the network sees them) of the given (h, w)."""
-    found, n = [], 0
-    for (images,) in dataset.create_tuple_iterator(columns=["image"], num_epochs=1, output_numpy=True):
-        if tuple(images.shape[2:]) == tuple(shape):
-            found.append(images[: limit - n])
-            n += len(found[-1])
-        if n >= limit:
+def parity_images(dataset, shapes: list, limit: int) -> dict:
+    """Per (h, w) in shapes: up to `limit` validation images of that size, normalized as the network sees
+    them. One pass: a MindSpore pipeline refuses a second iterator that projects columns again."""
+    found = {tuple(s): [] for s in shapes}
+    for batch in dataset.create_tuple_iterator(num_epochs=1, output_numpy=True):
+        images = batch[0]
+        have = found.get(tuple(images.shape[2:]))
+        if have is not None:
+            have.extend(images[: limit - len(have)])
+        if all(len(v) >= limit for v in found.values()):
             break
-    return np.concatenate(found) if found else np.zeros((0,), np.float32)
+    return {s: np.stack(v) if v else np.zeros((0,), np.float32) for s, v in found.items()}
 
 
 def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
@@ -173,8 +177,6 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
 
 def export(app) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
-    import mindspore as ms
-
     from runner import lifecycle
     from runner.files import write_json
     from runner.report.outputs import versions
@@ -187,18 +189,20 @@ def export(app) -> dict:
         )
     out_dir = HydraConfig.get().runtime.output_dir
     cfg = lifecycle.load_config(app.run, app.data)
-    target = lifecycle.start(cfg)
+    saved = lifecycle.open_run(app.run, app.ckpt, cfg)
+    target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
+    import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded
+
     ms.set_context(mode=ms.GRAPH_MODE)  # export traces the network as a graph, whatever mode it trained in
-    data, net = lifecycle.build(cfg)
-    ckpt = lifecycle.load_weights(net, lifecycle.checkpoint_path(app.run, app.ckpt), cfg)
     net.set_train(False)
     shapes = input_shapes(cfg, data)
     files = []
+    samples = parity_images(data.val, shapes, app.parity_samples)
     for h, w in shapes:
         shape = (app.batch_size, data.channels, h, w)
         base = os.path.join(out_dir, "model" if len(shapes) == 1 else f"model_{h}x{w}")
         path = write(net, fmt, shape, base)
-        images = parity_images(data.val, (h, w), app.parity_samples)
+        images = samples[(h, w)]
         check = parity(net, Exported(fmt, path), images, app.batch_size) if len(images) else None
         files.append({"path": path, "input_shape": list(shape), "bytes": os.path.getsize(path), "parity": check})
         if check:

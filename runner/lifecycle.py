@@ -10,7 +10,7 @@ import os
 import sys
 import textwrap
 from contextlib import contextmanager
-from dataclasses import fields, make_dataclass
+from dataclasses import dataclass, fields, make_dataclass
 from typing import Optional
 
 from omegaconf import OmegaConf
@@ -112,10 +112,17 @@ def load_config(run_dir: str, data_overrides=None):
 
 def start(cfg) -> str:
     """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target."""
-    from runner.context import cap_cpu_isa, setup
+    from runner.context import setup
 
-    cap_cpu_isa(cfg.device)  # before MindSpore loads
+    before_mindspore(cfg)
     return setup(cfg.device, cfg.mode, cfg.seed)
+
+
+def before_mindspore(cfg) -> None:
+    """What must happen before MindSpore loads: oneDNN reads its ISA cap once (runner/context.py)."""
+    from runner.context import cap_cpu_isa
+
+    cap_cpu_isa(cfg.device)
 
 
 def build(cfg, batch_size: Optional[int] = None):
@@ -169,8 +176,20 @@ def _available(run_dir: str) -> str:
     )
 
 
-def load_weights(net, path: str, cfg) -> dict:
-    """Load a checkpoint's weights into net; a ConfigError naming what does not fit. Returns a record.
+def read_checkpoint(path: str) -> dict:
+    """MindSpore's own checkpoint reader (never pickle); a ConfigError when the file is not a checkpoint."""
+    import mindspore as ms
+
+    try:
+        return ms.load_checkpoint(path)
+    except (ValueError, RuntimeError, OSError, TypeError) as e:
+        raise ConfigError(
+            f"{path} cannot be read as a MindSpore checkpoint ({str(e).strip().splitlines()[0]})."
+        ) from None
+
+
+def load_weights(net, params: dict, path: str, cfg) -> dict:
+    """Load a checkpoint's parameters into net; a ConfigError naming what does not fit. Returns a record.
 
     Resumable checkpoints hold the whole train cell (optimizer moments, loss scale, step); only the
     network's own parameters are taken from them. Shapes are compared here first: MindSpore's
@@ -179,12 +198,6 @@ def load_weights(net, path: str, cfg) -> dict:
     """
     import mindspore as ms
 
-    try:
-        params = ms.load_checkpoint(path)
-    except (ValueError, RuntimeError, OSError, TypeError) as e:
-        raise ConfigError(
-            f"{path} cannot be read as a MindSpore checkpoint ({str(e).strip().splitlines()[0]})."
-        ) from None
     own = {p.name: p for p in net.get_parameters()}
     missing = [n for n in own if n not in params]
     wrong = [
@@ -205,6 +218,28 @@ def load_weights(net, path: str, cfg) -> dict:
         )
     ms.load_param_into_net(net, {n: params[n] for n in own}, strict_load=True)
     return {"path": os.path.abspath(path), "parameters": len(own)}
+
+
+@dataclass
+class SavedRun:
+    """A run rebuilt for use: its config, MindSpore's device target, data, network with weights loaded."""
+
+    cfg: object
+    target: str
+    data: object
+    net: object
+    checkpoint: dict  # {"path", "parameters"}
+
+
+def open_run(run_dir: str, ckpt: str, cfg, batch_size: Optional[int] = None) -> SavedRun:
+    """Context, data and network of a run whose config load_config returned, with the checkpoint `ckpt`
+    names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned."""
+    path = checkpoint_path(run_dir, ckpt)
+    target = start(cfg)
+    params = read_checkpoint(path)
+    data, net = build(cfg, batch_size)
+    record = load_weights(net, params, path, cfg)
+    return SavedRun(cfg, target, data, net, record)
 
 
 def class_names(data, outputs: int) -> list:

@@ -91,19 +91,19 @@ def predict(app) -> dict:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    paths = find_images(app.input)  # before anything heavy: a wrong input= fails at once
     cfg = lifecycle.load_config(app.run, app.data)
+    lifecycle.before_mindspore(cfg)  # the image extensions come from datasets.sources, which loads MindSpore
+    paths = find_images(app.input)  # before anything heavy: a wrong input= fails at once
     good, sizes, bad = probe(paths)
     for p, reason in bad:
         log.warning("skipped %s: not a readable image (%s)", p, reason)
     if not good:
         names = ", ".join(f"{p} ({r})" for p, r in bad[:3])
         raise DataError(f"No readable image in input={app.input}: {names}{' ...' if len(bad) > 3 else ''}.")
-    target = lifecycle.start(cfg)
     batch_size = app.batch_size or cfg.batch_size
-    data, net = lifecycle.build(cfg, batch_size)
-    ckpt = lifecycle.load_weights(net, lifecycle.checkpoint_path(app.run, app.ckpt), cfg)
-    net, level = lifecycle.inference_net(net, cfg, app.amp, target, out_dir)
+    saved = lifecycle.open_run(app.run, app.ckpt, cfg, batch_size)
+    target, data, ckpt = saved.target, saved.data, saved.checkpoint
+    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
     names = lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))
     k = min(app.topk, len(names))
 

@@ -50,14 +50,16 @@ def test_evaluate_reproduces_the_runs_val_accuracy(folder_run_evaluated):
     assert Path(m["plot"]).name == "confusion.png" and Path(m["plot"]).stat().st_size > 0
 
 
-def test_evaluate_other_checkpoints_and_other_data(folder_run_evaluated, tmp_path):
+def test_evaluate_a_resumable_checkpoint_by_path(folder_run_evaluated):
     run, root, final = folder_run_evaluated
     # The last resumable checkpoint holds the final weights (plus optimizer state, ignored here).
     by_path = run_module("runner.evaluate", f"run={run}", f"ckpt={next((run / 'checkpoints').glob('step_*.ckpt'))}")
     last = json.loads((outputs_of(by_path) / "metrics.json").read_text())
-    assert (
-        last["top1"] == final["top1"] and last["checkpoint"].endswith(".ckpt") and "checkpoints" in last["checkpoint"]
-    )
+    assert last["top1"] == final["top1"] and Path(last["checkpoint"]).parent.name == "checkpoints"
+
+
+def test_evaluate_on_other_data_with_the_runs_preprocessing(folder_run, tmp_path):
+    run, _ = folder_run
     # Another folder with the same classes: evaluated with the run's preprocessing, on its own images.
     other = word_digit_folder(tmp_path / "other", sizes=[(20, 20)], per_class=2, val_per_class=3, seed=5)
     proc = run_module("runner.evaluate", f"run={run}", f"data.root={other}")
@@ -117,6 +119,11 @@ def test_predict_many_sizes_with_every_padding(tmp_path, padding):
     assert top1 == metrics(run)["val_accuracy"]
     rows = predictions(outputs_of(run_module("runner.predict", f"run={run}", f"input={root / 'val'}", "batch_size=5")))
     assert len(rows) == 40 and top1_of(rows) == top1
+    # One exported file per input shape the padding makes: each bucket, else one.
+    record = json.loads((outputs_of(run_module("runner.export", f"run={run}")) / "export.json").read_text())
+    shapes = [f["input_shape"][2:] for f in record["files"]]
+    assert shapes == ([[8, 8], [16, 16]] if "padding=bucket" in padding else shapes[:1])
+    assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4 and record["top1_agreement"] == 1.0
 
 
 # ---- export ------------------------------------------------------------------------------------
