@@ -21,14 +21,10 @@ from runner.errors import ConfigError, UserError, user_errors
 from runner.schema import Config
 
 CONFIG = "config.yaml"
-# ckpt= names: the run's final weights, and the resumable checkpoints latest.json records.
-CKPT_NAMES = ("final", "last", "best")
 
 # `data.<field>=...` overrides on the commands: every data field, optional, None = the run's value.
 # Generated from DataConfig so the commands type-check overrides exactly as training does.
-DataOverrides = make_dataclass(
-    "DataOverrides", [(f.name, Optional[f.type], None) for f in fields(DataConfig)], frozen=False
-)
+DataOverrides = make_dataclass("DataOverrides", [(f.name, Optional[f.type], None) for f in fields(DataConfig)])
 
 
 def print_user_error(e: Exception) -> None:
@@ -54,7 +50,7 @@ def run_arguments(argv) -> list:
     for arg in argv:
         if arg.startswith("run="):
             value = arg[len("run=") :]
-            return [v for v in value.split(",")] if multirun else [value]
+            return value.split(",") if multirun else [value]
     return []
 
 

@@ -55,6 +55,11 @@ def find_images(path: str) -> list:
     return found
 
 
+# What MindSpore's Decode reads (PIL's format names; MPO is a camera JPEG). Other data under an image
+# extension (a GIF named .png) fails inside the pipeline, and Decode dumps it into the working directory.
+DECODABLE = ("JPEG", "MPO", "PNG", "BMP", "TIFF")
+
+
 def probe(paths: list):
     """(readable paths, their (height, width), [(unreadable path, reason)]): each file fully decoded by PIL,
     since a header alone misses truncated files (the check data=imagefolder makes)."""
@@ -65,6 +70,9 @@ def probe(paths: list):
         try:
             with Image.open(p) as im:
                 im.load()
+                if im.format not in DECODABLE:
+                    bad.append((p, f"{im.format} data, which MindSpore's Decode does not read"))
+                    continue
                 sizes.append((im.height, im.width))
                 good.append(p)
         except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for corrupt, truncated or unknown data

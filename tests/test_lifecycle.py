@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import (
     DIGIT_WORDS,
+    REPO,
     folder_run_args,
     metrics,
     outputs_of,
@@ -16,6 +17,7 @@ from conftest import (
     run_module,
     word_digit_folder,
 )
+from PIL import Image
 
 
 def predictions(out_dir) -> list:
@@ -76,6 +78,7 @@ def test_predict_agrees_with_evaluate_and_skips_unreadable_files(folder_run_eval
     images = tmp_path / "val"
     shutil.copytree(root / "val", images)
     (images / "three" / "broken.png").write_bytes(b"not an image")
+    Image.new("L", (8, 8), 128).save(images / "three" / "really_a.png", format="GIF")  # PIL reads it, Decode not
     # batch_size 7 does not divide 40: the last batch is partial, and rows must still match their files.
     proc = run_module("runner.predict", f"run={run}", f"input={images}", "topk=3", "batch_size=7")
     out = outputs_of(proc)
@@ -86,9 +89,12 @@ def test_predict_agrees_with_evaluate_and_skips_unreadable_files(folder_run_eval
         probs = [float(r[f"prob_{j}"]) for j in (1, 2, 3)]
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
         assert {r["label_1"], r["label_2"], r["label_3"]} <= set(DIGIT_WORDS)
-    assert "broken.png" in proc.stdout + proc.stderr and "broken.png" not in {Path(r["path"]).name for r in rows}
-    assert json.loads((out / "predict.json").read_text())["skipped"][0]["path"].endswith("broken.png")
-    assert "40 images classified, 1 unreadable skipped" in proc.stdout
+    for name in ("broken.png", "really_a.png"):
+        assert name in proc.stdout + proc.stderr and name not in {Path(r["path"]).name for r in rows}
+    skipped = json.loads((out / "predict.json").read_text())["skipped"]
+    assert sorted(Path(s["path"]).name for s in skipped) == ["broken.png", "really_a.png"]
+    assert "40 images classified, 2 unreadable skipped" in proc.stdout
+    assert not list(Path(REPO).glob("unsupported_image*"))  # what Decode dumps when it meets a GIF
 
 
 def test_predict_one_file(folder_run):
@@ -153,14 +159,10 @@ def test_export_matches_the_checkpoint(folder_run, fmt, batch):
 
 def test_export_of_an_operator_mindspore_cannot_convert_names_it(tmp_path):
     """MindSpore's real refusal (Cummax has no ONNX conversion in 2.10), turned into one paragraph."""
-    from mindspore import nn, ops
+    from unconvertible import RunningMax
 
     from runner.errors import ConfigError
     from runner.export import write
-
-    class RunningMax(nn.Cell):
-        def construct(self, x):
-            return ops.cummax(x, 1)[0]
 
     with pytest.raises(ConfigError, match="Cummax operator has no ONNX conversion"):
         write(RunningMax(), "onnx", (2, 3), str(tmp_path / "m"))
