@@ -60,13 +60,14 @@ def find_images(path: str) -> list:
 DECODABLE = ("JPEG", "MPO", "PNG", "BMP", "TIFF")
 
 
-def probe(paths: list):
+def probe(paths: list, advance=lambda: None):
     """(readable paths, their (height, width), [(unreadable path, reason)]): each file fully decoded by PIL,
     since a header alone misses truncated files (the check data=imagefolder makes)."""
     from PIL import Image
 
     good, sizes, bad = [], [], []
     for p in paths:
+        advance()
         try:
             with Image.open(p) as im:
                 im.load()
@@ -102,13 +103,19 @@ def predict(app) -> dict:
     cfg = lifecycle.load_config(app.run, app.data)
     lifecycle.before_mindspore(cfg)  # the image extensions come from datasets.sources, which loads MindSpore
     paths = find_images(app.input)  # before anything heavy: a wrong input= fails at once
-    good, sizes, bad = probe(paths)
+    batch_size = app.batch_size or cfg.batch_size
+    console = Console(stderr=True)
+    # On a terminal, for more than two batches' worth of files: a bar for reading them, one for predicting.
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    quiet = len(paths) <= 2 * batch_size or not console.is_terminal
+    with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
+        task = bar.add_task("check ", total=len(paths))
+        good, sizes, bad = probe(paths, lambda: bar.advance(task))
     for p, reason in bad:
         log.warning("skipped %s: not a readable image (%s)", p, reason)
     if not good:
         names = ", ".join(f"{p} ({r})" for p, r in bad[:3])
         raise DataError(f"No readable image in input={app.input}: {names}{' ...' if len(bad) > 3 else ''}.")
-    batch_size = app.batch_size or cfg.batch_size
     saved = lifecycle.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
     net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
@@ -120,10 +127,7 @@ def predict(app) -> dict:
     inputs = build_inputs(cfg.data, cfg.padding, good, sizes, batch_size)
     top_idx = np.zeros((len(good), k), dtype=np.int64)
     top_p = np.zeros((len(good), k), dtype=np.float64)
-    console = Console(stderr=True)
-    steps = -(-len(good) // batch_size)  # bucket/none may form a few more, smaller batches
-    columns = [TextColumn("predict"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True, disable=steps < 3 or not console.is_terminal) as bar:
+    with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
         task = bar.add_task("predict", total=len(good))
         for images, index in inputs.create_tuple_iterator(num_epochs=1):
             probs = softmax(net(images).asnumpy().astype(np.float64))

@@ -226,3 +226,19 @@ def test_an_export_format_that_is_not_installed_is_refused(folder_run, tmp_path)
     proc = run_module("runner.export", f"run={run}", "format=onnx", check=False, env=shadow)
     assert_clean_error(proc, "format=onnx needs onnxruntime", "pip install -e '.[export]'")
     assert not [p for p in set(run.glob("export-*/*")) - before if p.suffix in (".onnx", ".json")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux `script` for a pseudo-terminal")
+def test_predict_shows_progress_bars_on_a_terminal(folder_run):
+    import subprocess
+    import sys
+
+    run, root = folder_run
+    # 40 images in batches of 4 are more than two batches: on a terminal, both bars appear.
+    cmd = f"{sys.executable} -m runner.predict run={run} input={root / 'val'} batch_size=4 show=0"
+    proc = subprocess.run(["script", "-qec", cmd, "/dev/null"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout
+    assert "check" in proc.stdout and "predict" in proc.stdout and "/40" in proc.stdout
+    plain = run_module("runner.predict", f"run={run}", f"input={root / 'val'}", "batch_size=4", "show=0")
+    assert "/40" not in plain.stdout + plain.stderr  # never in a pipe or a log file
