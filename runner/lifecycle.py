@@ -61,9 +61,15 @@ def check_run_argument(argv, command: str) -> None:
     if not runs and not any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for a in argv):
         print_user_error(UserError(f"{command} needs the run to use: python -m runner.{command} run=<run directory>."))
         sys.exit(2)
+    elsewhere = any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv)
     for run in runs:
         try:
             config_path(run)
+            if not elsewhere and not os.access(run, os.W_OK):
+                raise ConfigError(
+                    f"{command} writes its outputs into the run directory, and {run} is not writable; "
+                    f"choose another place with hydra.run.dir=<dir>."
+                )
         except UserError as e:
             print_user_error(e)
             sys.exit(2)
