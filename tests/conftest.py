@@ -50,7 +50,7 @@ def tiny_run(tmp_path_factory):
 
 def compose_cfg(*overrides):
     """The composed, typed config `python -m runner <overrides>` would run (no validation)."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "runner" / "conf"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 
