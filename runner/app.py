@@ -10,6 +10,7 @@ import signal
 import sys
 import textwrap
 
+from hydra_plugins.runner_launcher import isolated_launcher
 from runner.errors import user_errors
 
 _interrupted = False
@@ -45,8 +46,13 @@ def entry_point(task):
     """
 
     def cli() -> None:
+        from hydra.core.plugins import Plugins
+
         from runner.preflight import preflight
 
+        # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
+        # install maps packages with an import hook instead, so the launcher is registered by hand.
+        Plugins.instance().register(isolated_launcher.IsolatedLauncher)
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
         # (MindSpore imports scipy, which turns it into a NameError) loses it: the flag keeps it.
         signal.signal(signal.SIGINT, _on_sigint)

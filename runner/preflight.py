@@ -14,6 +14,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import sys
 from functools import cache
 
 from runner.errors import ConfigError
@@ -49,13 +50,21 @@ def _find_module(dotted: str):
     """The spec of module `dotted`, found without importing (or executing) anything."""
     parts = dotted.split(".")
     try:
-        spec = importlib.machinery.PathFinder.find_spec(parts[0])
+        # Every finder of a top-level name (an editable install maps its packages with its own finder);
+        # finding a top-level module does not import it.
+        spec = importlib.util.find_spec(parts[0])
     except (ImportError, ValueError):
         return None
     for i in range(1, len(parts)):
         if spec is None or not spec.submodule_search_locations:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
+        name, locations = ".".join(parts[: i + 1]), list(spec.submodule_search_locations)
+        spec = None
+        for finder in sys.meta_path:  # the same finders, in the same order, as an import would ask
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, locations) if find else None
+            if spec is not None:
+                break
     return spec
 
 
@@ -183,8 +192,8 @@ def check_composed(cfg) -> None:
                 raise refuse(
                     where,
                     value,
-                    "configs may only name classes and functions defined in this project, MindSpore, Hydra's "
-                    f"own launchers, sweepers and callbacks or installed Hydra plugins ({', '.join(ALLOWED_PACKAGES)}).",
+                    "configs may only name classes and functions defined in this project, MindSpore, Hydra's own "
+                    f"launchers, sweepers and callbacks or installed Hydra plugins ({', '.join(ALLOWED_PACKAGES)}).",
                 )
         logging_node = any(where.startswith(f"hydra.{n}.") for n in LOGGING_NODES)
         if logging_node and key == "()":

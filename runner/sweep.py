@@ -40,7 +40,7 @@ class JobRow:
     job: object  # the job number (an int), or the directory name
     dir: str
     overrides: List[str]
-    status: str = "ok"  # ok | failed | interrupted (a signal stopped it)
+    status: str = "ok"  # ok | failed | interrupted (a signal stopped it) | validated (dry_run=true)
     error: str = ""
     metrics: Optional[RunMetrics] = None
     config: dict = field(default_factory=dict)  # flattened, without the keys that only name the job
@@ -122,6 +122,9 @@ def _row(job_dir: Path) -> JobRow:
         row.error = f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
         return row
     if not metrics.exists():
+        if (hydra_dir / "config.yaml").exists() and OmegaConf.load(hydra_dir / "config.yaml").get("dry_run"):
+            row.status = "validated"  # dry_run=true: checked, nothing trained
+            return row
         row.status, row.error = "failed", "no metrics.json (the job did not finish)"
         return row
     row.metrics = RunMetrics.read(str(metrics))
@@ -166,7 +169,7 @@ def markdown(rows: list, notes: list) -> str:
     head = ["job", "overrides", "status", *[c[1] for c in COLUMNS]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"#{r.job}", r.label, r.status if r.status == "ok" else f"{r.status}: {r.error}"]
+        cells = [f"#{r.job}", r.label, f"{r.status}: {r.error}" if r.error else r.status]
         for key, _, fmt in COLUMNS:
             v = r.value(key)
             cells.append(fmt.format(v) if v is not None and r.status == "ok" else "-")

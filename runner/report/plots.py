@@ -35,7 +35,7 @@ def sweep_chart(rows: list, path: str, title: str) -> str:
     y = list(range(len(rows)))[::-1]
     a.barh(y, thr, color=["tab:red" if r.status != "ok" else "tab:blue" for r in rows])
     for yi, r, t in zip(y, rows, thr):
-        text = "failed" if r.status != "ok" else (f"x{r.speedup:.2f}" if r.speedup else "")
+        text = r.status if r.status != "ok" else (f"x{r.speedup:.2f}" if r.speedup else "")
         a.text(t, yi, " " + text, va="center", fontsize=8)
     a.set_yticks(y, labels, fontsize=8)
     a.set_xlabel(f"throughput (samples/s); xN = speedup vs job #{rows[0].job}")
