@@ -45,6 +45,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def check_port_free(addr: str, port: int) -> None:
+    """Raise ConfigError when msrun's scheduler could not listen on addr:port (msrun would wait for
+    its ranks until distributed.timeout_s, then fail without naming the port)."""
+    with socket.socket() as s:
+        try:
+            s.bind((addr, port))
+        except OSError as e:
+            raise ConfigError(
+                f"distributed.master_port={port} cannot be used on {addr} ({e.strerror}): another run or program "
+                "holds it. Choose another port, or distributed.master_port=0 to pick a free one (single node)."
+            ) from None
+
+
 def msrun_command(cfg, run_dir: str, port: int) -> list:
     """The msrun command line that runs this config on every local rank."""
     d = cfg.distributed
@@ -88,6 +101,8 @@ def launch(cfg, run_dir: str):
     local_batch(cfg.batch_size, d.workers)  # fail here, not in every rank
     run_dir = os.path.abspath(run_dir)
     write_config(run_dir, cfg)
+    if d.master_port and d.node_rank == 0:
+        check_port_free(d.master_addr, d.master_port)
     port = d.master_port or free_port()
     cmd = msrun_command(cfg, run_dir, port)
     env = dict(os.environ)

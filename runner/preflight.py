@@ -382,9 +382,47 @@ def check_output_dir(root: str) -> None:
         ) from None
 
 
+def check_split_values(overrides: list) -> None:
+    """Raise ConfigError with a hint when the shell split a value with spaces into two arguments
+    (`data.root=/my path` arrives as `data.root=/my` and `path`); Hydra alone says "missing EQUAL"."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for i, arg in enumerate(overrides):
+        try:
+            parser.parse_override(arg)
+        except HydraException as e:
+            if i and "=" not in arg and "=" in overrides[i - 1]:
+                joined = f"{overrides[i - 1]} {arg}"
+                raise ConfigError(
+                    f"cannot parse the override {arg!r} ({str(e).splitlines()[0]}). It looks like the shell split a "
+                    f"value with spaces: quote the whole override, e.g. '{joined}'."
+                ) from None
+            return  # Hydra reports it
+
+
+def check_launcher(cfg, multirun: bool) -> None:
+    """Raise ConfigError when the sweep's launcher needs a scheduler this machine lacks."""
+    import shutil
+
+    target = str(cfg.hydra.launcher.get("_target_", ""))
+    if multirun and target.endswith("SlurmLauncher") and shutil.which("sbatch") is None:
+        raise ConfigError(
+            "hydra/launcher=submitit_slurm needs Slurm, and Slurm was not found here (no `sbatch` on PATH). Run "
+            "the sweep on a Slurm login node, or use hydra/launcher=submitit_local, joblib or the default."
+        )
+
+
 def preflight(task, argv) -> None:
-    """Everything checked before @hydra.main runs `task`: callables named anywhere in the composed
-    config, then the output directory. Raises ConfigError."""
+    """Everything checked before @hydra.main runs `task`: the overrides' syntax, callables named
+    anywhere in the composed config, the launcher, then the output directory. Raises ConfigError."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        check_split_values(get_args_parser().parse_args(argv).overrides)
+    except SystemExit:
+        return  # argparse printed its usage; Hydra will do the same
     configs = compose_like_hydra(task, argv)
     for cfg in configs:
         check_composed(cfg)
@@ -394,4 +432,5 @@ def preflight(task, argv) -> None:
         runs = "-m" in argv or "--multirun" in argv or configs[0].hydra.mode == RunMode.MULTIRUN
         shows = any(a in argv for a in ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i"))
         if not shows:
+            check_launcher(configs[0], runs)
             check_output_dir(output_root(configs[0], runs))

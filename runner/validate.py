@@ -143,8 +143,9 @@ def _problems(cfg):
         yield f"seed must be between 0 and 2**32 - 1 ({SEED_MAX}), got {cfg.seed}"
     cpus = os.cpu_count() or 1
     if cfg.data.num_parallel_workers > cpus:
-        # MindSpore refuses more workers than CPUs, and only once the pipeline is built.
-        yield f"data.num_parallel_workers must be at most the {cpus} CPUs of this machine, got {cfg.data.num_parallel_workers}"
+        # Checked here: the dataset pipeline would fail on it only once built, with a traceback.
+        n = cfg.data.num_parallel_workers
+        yield f"data.num_parallel_workers must be at most the {cpus} CPUs of this machine, got {n}"
     d = cfg.distributed
     if d.master_port and not 1 <= d.master_port <= 65535:
         yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
