@@ -94,30 +94,58 @@ def _allowed_module(dotted: str) -> bool:
     return any(dotted == p or dotted.startswith(p + ".") for p in ALLOWED_PACKAGES)
 
 
+def _bound_names(node) -> set:
+    """Names a statement (re)binds other than by def, class or import: assignments, loops, with, del."""
+    names = set()
+    targets = []
+    if isinstance(node, (ast.Assign,)):
+        targets = node.targets
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+    elif isinstance(node, ast.Delete):
+        targets = node.targets
+    for t in targets:
+        names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
 def defined_in(module: str, name: str, depth: int = 0) -> bool:
     """True when `module.name` is a class or function written in `module` (or re-exported there from
-    another allowed module). An imported module, an alias to a foreign callable or an assigned name
-    is not: `runner.distributed.subprocess.run` must not pass for a runner class."""
+    another allowed module) and nothing else in the module binds that name. An imported module, an
+    alias to a foreign callable or an assigned name is not: `runner.distributed.subprocess.run` must
+    not pass for a runner class."""
     if depth > 12 or not _allowed_module(module):
         return False
     tree, is_package = _module_tree(module)
     if tree is None:
         return False
+    verdicts, foreign_star = [], False
     for node in _statements(tree.body):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return True
-        if isinstance(node, ast.ImportFrom):
+            verdicts.append(True)
+        elif isinstance(node, ast.Import):
+            verdicts += [False for a in node.names if (a.asname or a.name.split(".")[0]) == name]
+        elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = module.split(".")
                 anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
-                if alias.name == "*" and defined_in(base, name, depth + 1):
-                    return True
-                if (alias.asname or alias.name) == name and alias.name != "*":
-                    return defined_in(base, alias.name, depth + 1)
-    return False
+                if alias.name == "*":
+                    if not _allowed_module(base):
+                        foreign_star = True
+                    elif defined_in(base, name, depth + 1):
+                        verdicts.append(True)
+                elif (alias.asname or alias.name) == name:
+                    verdicts.append(defined_in(base, alias.name, depth + 1))
+        elif name in _bound_names(node):
+            verdicts.append(False)
+    if not verdicts or foreign_star and not all(verdicts):
+        return False
+    return all(verdicts)
 
 
 def target_allowed(target) -> bool:

@@ -10,6 +10,7 @@ from datasets.errors import DataConfigError
 from datasets.settings import check_padding as check_padding_values
 from runner.context import check_cpu_isa
 from runner.errors import ConfigError
+from runner.preflight import target_allowed
 from runner.schema import Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
 
 # hydra.utils.instantiate may build only the project's own classes or MindSpore's.
@@ -18,10 +19,11 @@ ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
 
 def check_target(path: str, target) -> None:
     """Refuse an instantiate target outside the project and MindSpore (os.system, subprocess, ...)."""
-    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES):
+    # target_allowed reads the module's source: `runner.distributed.subprocess.run` is no runner class.
+    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES) or not target_allowed(target):
         raise ConfigError(
-            f"{path}={target!r} is refused: configs may only name classes of this project or MindSpore "
-            f"(targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
+            f"{path}={target!r} is refused: configs may only name classes and functions defined in this project "
+            f"or MindSpore (targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
         )
 
 
