@@ -117,6 +117,11 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
             "hydra.callbacks.x._target_='shutil.copyfile'",
         ),
         (["hydra/launcher=basic", "hydra.launcher._target_=shutil.copyfile"], "hydra.launcher._target_"),
+        # Hydra's own blocklist would stop this one with a traceback; the refusal is the same paragraph.
+        (
+            ["+hydra.callbacks.x._target_=os.system", "+hydra.callbacks.x.command='cp /etc/hostname {marker}'"],
+            "hydra.callbacks.x._target_='os.system'",
+        ),
         (["+hydra.job.env_set.LD_PRELOAD={marker}"], "hydra.job.env_set.LD_PRELOAD"),
     ],
 )
