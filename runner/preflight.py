@@ -10,7 +10,6 @@ only then does Hydra run. Hydra's own target blocklist stays as a second layer b
 """
 
 import ast
-import importlib.machinery
 import importlib.util
 import os
 import re
@@ -448,17 +447,18 @@ def preflight(task, argv) -> None:
     from hydra._internal.utils import get_args_parser
 
     try:
-        check_split_values(get_args_parser().parse_args(argv).overrides)
+        args = get_args_parser().parse_args(argv)
     except SystemExit:
         return  # argparse printed its usage; Hydra will do the same
+    check_split_values(args.overrides)
     configs = compose_like_hydra(task, argv)
     for cfg in configs:
         check_composed(cfg)
-    if configs:
+    # --cfg, --help, --info and shell completion only print: they need no output directory.
+    prints = args.cfg or args.help or args.hydra_help or args.info or args.shell_completion
+    if configs and not prints:
         from hydra.types import RunMode
 
-        runs = "-m" in argv or "--multirun" in argv or configs[0].hydra.mode == RunMode.MULTIRUN
-        shows = any(a in argv for a in ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i"))
-        if not shows:
-            check_launcher(configs[0], runs)
-            check_output_dir(output_root(configs[0], runs))
+        runs = args.multirun or configs[0].hydra.mode == RunMode.MULTIRUN
+        check_launcher(configs[0], runs)
+        check_output_dir(output_root(configs[0], runs))
