@@ -118,8 +118,10 @@ def _row(job_dir: Path) -> JobRow:
     metrics, failed = job_dir / "metrics.json", job_dir / "failed.json"
     if failed.exists():
         info = json.loads(failed.read_text())
-        row.status = "interrupted" if info.get("error_type") == "Interrupted" else "failed"
-        row.error = f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
+        if info.get("error_type") == "Interrupted":
+            row.status, row.error = "interrupted", info.get("error", "")
+        else:
+            row.status, row.error = "failed", f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
         return row
     if not metrics.exists():
         if (hydra_dir / "config.yaml").exists() and OmegaConf.load(hydra_dir / "config.yaml").get("dry_run"):
