@@ -99,7 +99,11 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
     "overrides,key",
     [
         (
-            ["+hydra.callbacks.x._target_=logging.FileHandler", "+hydra.callbacks.x.filename={marker}"],
+            [
+                "+hydra.callbacks.x._target_=logging.FileHandler",
+                "+hydra.callbacks.x.filename={marker}",
+                "+hydra.callbacks.x.mode=w",
+            ],
             "hydra.callbacks",
         ),
         # An attribute path through an allowed module reaches a foreign function.
@@ -140,6 +144,20 @@ def test_node_built_by_a_resolver(tmp_path, marker):
     )
     proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=x", "dry_run=true", check=False)
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
+
+
+def test_sweep_params_in_an_experiment_file(tmp_path, marker):
+    # hydra.sweeper.params are overrides too: each value of each is composed and checked.
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    (tmp_path / "extra" / "experiment" / "grid.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n"
+        "      +hydra.callbacks.x._target_: runner.sweep.SweepSummary,logging.FileHandler\n"
+        f"      +hydra.callbacks.x.filename: {marker}\n"
+        "      +hydra.callbacks.x.mode: w\n"
+    )
+    args = ["-m", "--config-dir", str(tmp_path / "extra"), "+experiment=grid", f"hydra.sweep.dir={tmp_path / 's'}"]
+    proc = run_cli(None, *args, "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
 def test_rerun_pickle_is_refused(tmp_path, marker):
