@@ -4,6 +4,7 @@
 A runner app is a module with a `@hydra.main(config_path="conf", ...)` function `main` and one line
 `cli = entry_point(main)`; its console script is one line in pyproject.toml (`msrun-<name> =
 "runner.<module>:cli"`), and Hydra's shell completion works for it like for `msrun-train`.
+`python -m runner.<module>` runs the same `cli()`.
 """
 
 import signal
@@ -39,8 +40,9 @@ def quiet_interrupt() -> None:
     sys.exit(130)
 
 
-def entry_point(task):
-    """The console-script function for a `@hydra.main` task: pre-flight checks, then Hydra.
+def entry_point(task, *checks):
+    """The console-script function for a `@hydra.main` task: the command's own `checks(argv)`, the
+    pre-flight checks (runner/preflight.py), then Hydra.
 
     Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 130 Ctrl-C.
     """
@@ -57,6 +59,8 @@ def entry_point(task):
         # (MindSpore imports scipy, which turns it into a NameError) loses it: the flag keeps it.
         signal.signal(signal.SIGINT, _on_sigint)
         try:
+            for check in checks:
+                check(sys.argv[1:])
             try:
                 preflight(task, sys.argv[1:])
             except user_errors() as e:

@@ -383,15 +383,19 @@ def check_config(task, argv) -> None:
 
 
 def output_root(cfg, multirun: bool) -> str:
-    """The literal part of the run (or sweep) directory a composed config asks for: the directory
-    before the first interpolation (`${now:...}` differs between this check and the run)."""
+    """The directory to check for the run (or sweep) directory a composed config asks for: the
+    directory itself when it is literal; else the parent of what it resolves to now (`${now:...}`
+    differs between this check and the run), or the literal part before the first interpolation."""
     node = cfg.hydra.sweep if multirun else cfg.hydra.run
-    raw = node._get_node("dir")._value()
-    raw = str(raw)
+    raw = str(node._get_node("dir")._value())
     if "${" not in raw:
         return raw
-    prefix = raw.split("${", 1)[0]
-    return (prefix if prefix.endswith("/") else os.path.dirname(prefix)) or "."
+    try:
+        resolved = str(node.dir)
+    except Exception:  # a value only the run fills in
+        prefix = raw.split("${", 1)[0]
+        return (prefix if prefix.endswith("/") else os.path.dirname(prefix)) or "."
+    return os.path.dirname(resolved.rstrip("/")) or "."
 
 
 def check_output_dir(root: str) -> None:
