@@ -82,6 +82,8 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
 
     run([str(bin_dir / "msrun-train"), *TINY, f"hydra.run.dir={work}/one"], work)
     assert metrics(work / "one")["val_accuracy"] > 0.3
+    evaluated = run([str(bin_dir / "msrun-evaluate"), f"run={work}/one"], work).stdout
+    assert "top1" in evaluated  # the other commands' console scripts, from the wheel's runner/conf too
     run(
         [
             str(bin_dir / "python"),
