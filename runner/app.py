@@ -56,7 +56,8 @@ def entry_point(task, *checks):
         # install maps packages with an import hook instead, so the launcher is registered by hand.
         Plugins.instance().register(isolated_launcher.IsolatedLauncher)
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
-        # (MindSpore imports scipy, which turns it into a NameError) loses it: the flag keeps it.
+        # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
+        # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
         signal.signal(signal.SIGINT, _on_sigint)
         try:
             for check in checks:
@@ -73,10 +74,9 @@ def entry_point(task, *checks):
             if _interrupted:
                 quiet_interrupt()
             raise
-        from hydra_plugins.runner_launcher.isolated_launcher import sweep_interrupted
         from runner.sweep import failed_jobs
 
-        if sweep_interrupted() or _interrupted:
+        if isolated_launcher.sweep_interrupted() or _interrupted:
             quiet_interrupt()
         sys.exit(1 if failed_jobs() else 0)
 
