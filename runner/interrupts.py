@@ -1,0 +1,9 @@
+"""The signal that ends a run after its training (no MindSpore import: run.py catches it before MindSpore loads)."""
+
+
+class FinalPhaseInterrupted(Exception):
+    """SIGINT/SIGTERM arrived after training, while the run evaluated or wrote its report."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
