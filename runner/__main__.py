@@ -60,6 +60,9 @@ def _print_user_error(e: Exception) -> None:
 if __name__ == "__main__":
     check_output_dir(sys.argv[1:])
     check_config_file(sys.argv[1:])
+    from runner.lock import check_free
+
+    check_free(sys.argv[1:])  # before Hydra writes .hydra/ and runner.log into a directory a live run holds
     main()
     from runner.sweep import failed_jobs
 

@@ -56,3 +56,31 @@ def acquire(run_dir: str) -> None:
 def hand_to_ranks(run_dir: str, env: dict) -> dict:
     """The environment for msrun's ranks: they share this process's lock on run_dir."""
     return {**env, LOCK_ENV: os.path.abspath(run_dir)}
+
+
+def check_free(argv) -> None:
+    """Before Hydra starts (it writes .hydra/ and the log into the run directory first): exit 2 when the
+    run directory these arguments name is locked by a running run. run() takes the lock itself."""
+    import sys
+
+    if "-m" in argv or "--multirun" in argv:
+        return  # each sweep job locks its own directory
+    chosen = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
+    if not chosen or "${" in chosen[-1]:
+        return
+    run_dir = chosen[-1].strip("'\"")
+    if not os.path.exists(os.path.join(run_dir, LOCK_FILE)) or held_by_parent(run_dir):
+        return
+    try:
+        acquire(run_dir)
+    except UserError as e:
+        print(f"Error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    release(run_dir)
+
+
+def release(run_dir: str) -> None:
+    """Drop this process's lock on run_dir (the OS does it at exit anyway)."""
+    f = _held.pop(os.path.abspath(run_dir), None)
+    if f is not None:
+        f.close()
