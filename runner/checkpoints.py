@@ -17,12 +17,10 @@ So this callback saves with save_checkpoint (MindSpore's format and parameter wa
 name, renames it into place, and records it in latest.json, also written by rename.
 """
 
-import glob
 import json
 import logging
 import math
 import os
-import re
 import signal
 from typing import List, Optional
 
@@ -32,9 +30,9 @@ from mindspore.train import Callback
 from runner.errors import ConfigError
 from runner.files import save_checkpoint, write_json
 from runner.interrupts import FinalPhaseInterrupted
+from runner.resume_config import STATE, has_checkpoint, in_place, step_files, wants_resume
 
 log = logging.getLogger("runner")
-STATE = "latest.json"
 STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named global_step
 
 
@@ -207,32 +205,6 @@ class Checkpointer(Callback):
             raise SystemExit(128 + self.signum)
 
 
-def _wants_resume(resume) -> bool:
-    return resume is not None and str(resume).lower() not in ("false", "none", "")
-
-
-def _in_place(resume) -> bool:
-    return str(resume).lower() in ("true", "last")
-
-
-def resume_source(resume, run_dir: str) -> Optional[str]:
-    """The run directory a resume continues (where its config.yaml is), or None (fresh, or a foreign .ckpt)."""
-    if not _wants_resume(resume):
-        return None
-    if _in_place(resume):
-        return os.path.abspath(run_dir)
-    path = os.path.abspath(str(resume))
-    if os.path.isfile(path):
-        path = os.path.dirname(path)
-    if os.path.basename(path) == "checkpoints":
-        path = os.path.dirname(path)
-    return path if os.path.isfile(os.path.join(path, "config.yaml")) else None
-
-
-def has_checkpoint(ckpt_dir: str) -> bool:
-    return os.path.exists(os.path.join(ckpt_dir, STATE)) or bool(_step_files(ckpt_dir))
-
-
 def find_resume(resume, run_dir: str) -> dict:
     """What to resume from: {} for a fresh start, else latest.json's content with `path` added.
 
@@ -241,9 +213,9 @@ def find_resume(resume, run_dir: str) -> dict:
     directory or a .ckpt file, and must exist. An unreadable latest.json or a missing newest file
     falls back to the newest intact checkpoint in the same directory, and says so.
     """
-    if not _wants_resume(resume):
+    if not wants_resume(resume):
         return {}
-    if _in_place(resume):
+    if in_place(resume):
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         if not has_checkpoint(ckpt_dir):
             log.info("resume=true: no checkpoint in %s yet; starting from scratch", run_dir)
@@ -277,12 +249,6 @@ def _load(path: str, **kwargs) -> dict:
         ) from None
 
 
-def _step_files(ckpt_dir: str) -> List[str]:
-    """step_*.ckpt files in ckpt_dir, newest (highest step) first."""
-    names = [os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(ckpt_dir), "step_*.ckpt"))]
-    return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
-
-
 def _readable(path: str) -> bool:
     try:
         return STEP_KEY in _load(path)
@@ -306,12 +272,12 @@ def _read_state(ckpt_dir: str) -> dict:
         problem = f"{state_path} is missing"
     except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
         problem = f"{state_path} is unreadable ({type(e).__name__}: {e})"
-    for name in _step_files(ckpt_dir):
+    for name in step_files(ckpt_dir):
         path = os.path.join(ckpt_dir, name)
         if _readable(path):
             step = int(name[len("step_") : -len(".ckpt")])
             log.warning("resume: %s; resuming from the newest intact checkpoint, %s (step %d)", problem, path, step)
-            kept = [n for n in reversed(_step_files(ckpt_dir)) if n <= name]
+            kept = [n for n in reversed(step_files(ckpt_dir)) if n <= name]
             return {"path": path, "global_step": step, "kept": kept, "fallback": problem}
     raise ConfigError(f"resume: {problem}, and {ckpt_dir} holds no intact step_*.ckpt to resume from.")
 
@@ -328,7 +294,7 @@ def nonfinite_params(params: dict) -> List[str]:
 
 def _last_finite(ckpt_dir: str, before: str) -> Optional[str]:
     """The newest checkpoint in ckpt_dir other than `before` whose state is all finite."""
-    for name in _step_files(ckpt_dir):
+    for name in step_files(ckpt_dir):
         path = os.path.join(ckpt_dir, name)
         if name == os.path.basename(before):
             continue

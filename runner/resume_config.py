@@ -8,9 +8,11 @@ applied: the learning-rate schedule is rebuilt from the new config on every star
 not load the stored one), so more epochs or an explicit optim.lr=... take effect from the resumed step.
 """
 
+import glob
 import json
 import os
-from typing import Dict, Iterable, List, Tuple
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from runner.errors import ConfigError
 
@@ -35,6 +37,44 @@ CHANGEABLE = (
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 IGNORED = ("resume", "dry_run", "hydra", "defaults")
 RECORD = "resume.json"  # in the run directory: what the last resume changed
+STATE = "latest.json"  # in <run>/checkpoints: the latest resumable checkpoint (runner/checkpoints.py)
+
+# Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
+
+
+def wants_resume(resume) -> bool:
+    """Whether `resume` asks to continue something (true/last, a path), not a fresh start."""
+    return resume is not None and str(resume).lower() not in ("false", "none", "")
+
+
+def in_place(resume) -> bool:
+    """resume=true or last: this run directory's own checkpoints."""
+    return str(resume).lower() in ("true", "last")
+
+
+def resume_source(resume, run_dir: str) -> Optional[str]:
+    """The run directory a resume continues (where its config.yaml is), or None (fresh, or a foreign .ckpt)."""
+    if not wants_resume(resume):
+        return None
+    if in_place(resume):
+        return os.path.abspath(run_dir)
+    path = os.path.abspath(str(resume))
+    if os.path.isfile(path):
+        path = os.path.dirname(path)
+    if os.path.basename(path) == "checkpoints":
+        path = os.path.dirname(path)
+    return path if os.path.isfile(os.path.join(path, "config.yaml")) else None
+
+
+def has_checkpoint(ckpt_dir: str) -> bool:
+    """Whether ckpt_dir holds latest.json or any step_*.ckpt."""
+    return os.path.exists(os.path.join(ckpt_dir, STATE)) or bool(step_files(ckpt_dir))
+
+
+def step_files(ckpt_dir: str) -> List[str]:
+    """step_*.ckpt files in ckpt_dir, newest (highest step) first."""
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(ckpt_dir), "step_*.ckpt"))]
+    return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
 
 
 def _flat(d, prefix="") -> Dict[str, object]:

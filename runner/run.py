@@ -118,7 +118,7 @@ def claim(cfg, run_dir: str) -> bool:
     resume's configuration is checked against the saved one (runner/resume_config.py).
     """
     from runner import lock, resume_config
-    from runner.checkpoints import has_checkpoint, resume_source
+    from runner.resume_config import has_checkpoint, resume_source
 
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
@@ -192,7 +192,7 @@ def _complete(run_dir: str) -> Optional[dict]:
 
 def _holds_run(run_dir: str) -> Optional[str]:
     """What in run_dir shows an earlier run that a fresh start would overwrite (None: nothing)."""
-    from runner.checkpoints import has_checkpoint
+    from runner.resume_config import has_checkpoint
 
     if _complete(run_dir):
         return "a finished run"
@@ -290,7 +290,7 @@ def build(cfg, env: Env) -> Parts:
         # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
         start["losses"] = guarding.trace.prior_losses()
     params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step)
+    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
     ckpt_dir = os.path.join(env.run_dir, "checkpoints")
     checkpointer = Checkpointer(

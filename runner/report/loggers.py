@@ -23,13 +23,16 @@ FINAL_KEYS = (
 )
 
 
-def build_logger(logger_cfg, params: dict, experiment_name: str, run_dir: str, start_step: int = 0):
+def build_logger(
+    logger_cfg, params: dict, experiment_name: str, run_dir: str, start_step: int = 0, prior_dir: str = None
+):
     """The logger the `logger` group names, started with the run's config (as a plain dict) as params.
 
-    start_step: a resumed run's global step (metrics.csv keeps its rows up to there)."""
+    start_step: a resumed run's global step; metrics.csv keeps prior_dir's rows (this run's by default)
+    up to there."""
     kind = logger_cfg.name
     if kind == "csv":
-        return CsvLogger(run_dir, start_step)
+        return CsvLogger(run_dir, start_step, prior_dir)
     params = _flatten(params)
     if kind == "tensorboard":
         return TensorBoardLogger(run_dir, params)
@@ -54,14 +57,16 @@ class CsvLogger:
 
     LIVE = ["step", "train/loss", "train/step_time_ms"]
 
-    def __init__(self, run_dir: str, start_step: int = 0):
+    def __init__(self, run_dir: str, start_step: int = 0, prior_dir: str = None):
         self.path = os.path.join(run_dir, "metrics.csv")
-        self.rows = self._earlier(start_step) if start_step else []
+        prior = os.path.join(prior_dir, "metrics.csv") if prior_dir else self.path
+        self.rows = self._earlier(prior, start_step) if start_step else []
         self._file = None
 
-    def _earlier(self, start_step: int) -> list:
+    @staticmethod
+    def _earlier(path: str, start_step: int) -> list:
         try:
-            with open(self.path, newline="") as f:
+            with open(path, newline="") as f:
                 rows = list(csv.DictReader(f))
         except OSError:
             return []
