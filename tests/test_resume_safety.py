@@ -124,7 +124,7 @@ def test_a_non_finite_checkpoint_is_refused_naming_the_last_finite_one(finished,
 def test_a_nan_stop_checkpoints_nothing_non_finite_and_the_fix_resumes(tmp_path):
     run_dir = tmp_path / "nan"
     proc = run_cli(run_dir, "epochs=2", *FAULT, *SMALL, "eval=false", check=False)
-    assert proc.returncode == 2 and "Training stopped at step 3" in " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Training stopped at step" in " ".join(proc.stderr.split())
     ckpts = sorted((run_dir / "checkpoints").glob("step_*.ckpt")) if (run_dir / "checkpoints").exists() else []
     assert all(_all_finite(p) for p in ckpts)  # the epoch end after the stop held NaN BatchNorm statistics
     fix = "amp.keep_fp32=[" + ",".join(json.loads((run_dir / "diagnosis.json").read_text())["keep_fp32"]) + "]"
