@@ -7,14 +7,7 @@ from typing import Optional
 from omegaconf import MISSING
 
 
-class Choice(str, Enum):
-    """An option name that prints and formats as its value (`f"{kind}"` gives 'fixed')."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-
-class ModelStyle(Choice):
+class ModelStyle(str, Enum):  # a str: `style == "cifar"` holds for a typed config and a plain string
     cifar = "cifar"
     imagenet = "imagenet"
 

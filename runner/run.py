@@ -65,6 +65,7 @@ class Parts:
     checkpointer: object
     logger: object
     start: dict  # the resume state ({} for a fresh run)
+    initial_epoch: int  # Model.train's epoch to start from (resume)
 
 
 @dataclass
@@ -279,8 +280,8 @@ def build(cfg, env: Env) -> Parts:
             trainer.used.amp_level_used,
         )
     start = find_resume(cfg.resume, env.run_dir)
-    if start:
-        restore(trainer.step_cell, start, data.train, plan.total_steps // plan.train_epochs, plan.total_steps)
+    steps_per_call = plan.total_steps // plan.train_epochs
+    initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
     start_step = int(start.get("global_step", 0))
     prior_dir = _run_dir_of(start.get("path"))
     guarding = build_guard(
@@ -305,7 +306,9 @@ def build(cfg, env: Env) -> Parts:
         vetoed=lambda: guarding.guard.tripped is not None,
     )
     shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
-    return Parts(data, net, make_net, trainer, plan, monitor, shapes, guarding, checkpointer, logger, start)
+    return Parts(
+        data, net, make_net, trainer, plan, monitor, shapes, guarding, checkpointer, logger, start, initial_epoch
+    )
 
 
 def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
@@ -317,7 +320,6 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
     # Order: time the step, record its shape, trace/guard its outputs, then checkpoint what passed.
     callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, p.checkpointer]
-    steps_per_call = p.plan.total_steps // p.plan.train_epochs
     start_step = p.start.get("global_step", 0)
     try:
         if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
@@ -331,7 +333,7 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
                 callbacks,
                 dataset_sink_mode=p.plan.sink,
                 sink_size=p.plan.sink_size,
-                initial_epoch=start_step // steps_per_call,
+                initial_epoch=p.initial_epoch,
             )
     except (RuntimeError, MemoryError) as e:
         oom = as_out_of_memory(e, env.batch)
@@ -352,13 +354,13 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     return Outcome(val, p.checkpointer.losses(), compiles, record, failure)
 
 
-def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
-    """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
+def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
+    """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
     from runner import resume_config
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
 
-    m = RunMetrics(
+    return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
         val_loss=float(o.val["loss"]) if o.val else None,
         final_loss=float(o.losses[-1]),
@@ -396,6 +398,13 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         resumed_from=p.start.get("path"),
         resume_changes=resume_config.recorded(env.run_dir) if p.start else {},
     )
+
+
+def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
+    """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
+    from runner.report import outputs
+
+    m = collect(cfg, env, p, o)
     if env.world > 1:
         distributed.write_rank_record(env.run_dir, env.rank, p.net, m.final_loss)
         if env.rank != 0:
