@@ -10,11 +10,14 @@ not load the stored one), so more epochs or an explicit optim.lr=... take effect
 
 import glob
 import json
+import logging
 import os
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from runner.errors import ConfigError
+
+log = logging.getLogger("runner")
 
 # Dotted keys (or prefixes) that may differ from the saved config on resume.
 CHANGEABLE = (
@@ -124,6 +127,9 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
     from omegaconf import OmegaConf
 
     path = os.path.join(source_dir, "config.yaml")
+    if not os.path.isfile(path):  # a run from before config.yaml was written at the start
+        log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
+        return {}
     saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changes, refused = compare(saved, new, override_keys(overrides))
