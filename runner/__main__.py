@@ -14,6 +14,7 @@ from hydra.types import RunMode
 from runner.app import entry_point, interrupted, print_user_error, quiet_interrupt
 from runner.errors import user_errors
 from runner.files import write_json
+from runner.lock import check_free
 from runner.schema import register
 from runner.validate import validate
 
@@ -53,7 +54,8 @@ def main(cfg) -> float:
         return math.nan
 
 
-train = entry_point(main)
+# check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.
+train = entry_point(main, check_free)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,9 @@ def launch(cfg, run_dir: str):
         check_port_free(d.master_addr, d.master_port)
     port = d.master_port or free_port()
     cmd = msrun_command(cfg, run_dir, port)
-    env = dict(os.environ)
+    from runner.lock import hand_to_ranks
+
+    env = hand_to_ranks(run_dir, dict(os.environ))  # this process holds the run directory's lock for them
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, LOG_DIR)

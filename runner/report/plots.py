@@ -13,7 +13,9 @@ def run_plot(series: dict, path: str, title: str) -> str:
     panels = [p for p in panels if series.get(p[0]) is not None]
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
     for ax, (key, label, log_y) in zip(axes[:, 0], panels):
-        ax.plot(series["step"], series[key], marker="." if len(series["step"]) < 50 else None)
+        # A resume from a bare .ckpt knows the earlier losses of no step: the series align at their end.
+        n = min(len(series["step"]), len(series[key]))
+        ax.plot(series["step"][-n:], series[key][-n:], marker="." if n < 50 else None)
         ax.set_ylabel(label)
         if log_y and min(series[key]) > 0:
             ax.set_yscale("log")
