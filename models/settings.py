@@ -25,4 +25,6 @@ class ModelConfig:
     depth: int = MISSING
     width: int = 16  # channels of the first stage
     num_classes: Optional[int] = None  # None: take it from the data
-    conv: ConvPath = ConvPath.auto  # CPU only: GPU/Ascend always run the native convolution
+    # native by default: `auto` picks per layer from timings, so two machines (or a noisy one) may pick
+    # differently and train to slightly different numbers. CPU only: GPU/Ascend always run native.
+    conv: ConvPath = ConvPath.native
