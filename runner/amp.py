@@ -49,13 +49,15 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
     return amp_net
 
 
-def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False):
+def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False, update=None):
     """Wrap net for AMP and loss scaling; return (Model, train cell, eval Model, what was used).
 
     grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
     it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
-    returns only (loss, overflow, scale).
+    returns only (loss, overflow, scale). `update` (clip_norm, accumulate, ema_decay) adds clipping,
+    gradient accumulation and the weights' EMA to that step; any of them also selects it.
     """
+    update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
     level = resolve_level(amp_cfg.level.name, device_target)
     ls = amp_cfg.loss_scale
     scale_type = ls.type.name
@@ -64,14 +66,24 @@ def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_di
     net = wrap_amp(net, level, list(amp_cfg.keep_fp32), run_dir)
     fp32_net = FP32Logits(net)
     loss_net = nn.WithLossCell(fp32_net, loss_fn())
-    native = device_target != "CPU" and mode != "jit" and not grad_stats
+    native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
     if native and scale_type == "dynamic":
         # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path.
         manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
         step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
     else:
         cls = JitScaledTrainStep if mode == "jit" else ScaledTrainStep
-        step = cls(loss_net, optimizer, scale_type, ls.init, ls.factor, ls.window, ls.drop_overflow_update, grad_stats)
+        step = cls(
+            loss_net,
+            optimizer,
+            scale_type,
+            ls.init,
+            ls.factor,
+            ls.window,
+            ls.drop_overflow_update,
+            grad_stats,
+            **update,
+        )
     model = Model(step)
     evaluator = Model(fp32_net, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
     used = {

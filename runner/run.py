@@ -9,7 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from runner import distributed, report
 from runner.context import cap_cpu_isa, setup
-from runner.errors import UserError, as_out_of_memory
+from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.validate import validate
 
 log = logging.getLogger("runner")
@@ -22,6 +22,25 @@ def plan_steps(cfg, steps_per_epoch: int, sink: bool):
         return total, cfg.epochs, -1
     calls = math.ceil(total / cfg.sink.sink_size)
     return calls * cfg.sink.sink_size, calls, cfg.sink.sink_size
+
+
+def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
+    """optim.accumulate_steps, refused with data sink: the micro-batches of one update would run
+    inside a device loop whose per-step loss and overflow flags the runner never sees."""
+    n = cfg.optim.accumulate_steps
+    if n > 1 and sink:
+        raise ConfigError(
+            f"optim.accumulate_steps={n} cannot run with sink=on on this device (data sink runs the steps on "
+            "the device, out of the runner's accumulation window): use sink=off, or a larger batch_size."
+        )
+    if total_steps % n:
+        log.warning(
+            "optim.accumulate_steps=%d: the last %d of %d steps do not fill a window and update nothing",
+            n,
+            total_steps % n,
+            total_steps,
+        )
+    return n
 
 
 def run(cfg) -> dict:
@@ -58,9 +77,17 @@ def run(cfg) -> dict:
             "(recorded as sink.effective=false in metrics.json)."
         )
     total_steps, train_epochs, sink_size = plan_steps(cfg, data.steps_per_epoch, sink)
+    accumulate = check_accumulate(cfg, sink, total_steps)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, total_steps)
     model, step_cell, evaluator, amp_used = build_trainer(
-        net, cfg.amp, optimizer, mode, target, run_dir, grad_stats=cfg.diagnose.enabled
+        net,
+        cfg.amp,
+        optimizer,
+        mode,
+        target,
+        run_dir,
+        grad_stats=cfg.diagnose.enabled,
+        update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
     )
     if amp_used["amp_level_used"] != "O0" and target == "CPU":
         log.warning(
@@ -100,6 +127,8 @@ def run(cfg) -> dict:
     ckpt.exit_if_interrupted()
     failure = watch.finish(make_net)  # None, or the error raised once the outputs are saved
 
+    if cfg.ema.decay > 0 and not failure:
+        step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
     val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval and not failure else {}
     losses = ckpt.losses()
     compiles = compile_count(step_cell, mode, shapes)
@@ -121,6 +150,9 @@ def run(cfg) -> dict:
         "cpu_isa": isa,
         "seed": cfg.seed,
         "batch_size": cfg.batch_size,
+        "effective_batch_size": cfg.batch_size * accumulate,
+        "optimizer_updates": int(optimizer.global_step.asnumpy().reshape(-1)[0]),
+        "ema_decay": cfg.ema.decay or None,
         "sink": {"requested": cfg.sink.enabled, "effective": sink, "sink_size": sink_size},
         "train_samples": data.train_size,
         "val_samples": data.val_size,

@@ -20,8 +20,8 @@ PadMethod = Enum("PadMethod", {n: n for n in ["resize", "pad", "resize_pad", "cr
 ModelStyle = Enum("ModelStyle", {n: n for n in ["cifar", "imagenet"]})
 BadSample = Enum("BadSample", {n: n for n in ["error", "skip"]})
 DataSource = Enum("DataSource", {n: n for n in ["digits", "synthetic", "imagefolder", "cifar10"]})
-OptimName = Enum("OptimName", {n: n for n in ["momentum", "adam"]})
-Schedule = Enum("Schedule", {n: n for n in ["constant", "cosine"]})
+OptimName = Enum("OptimName", {n: n for n in ["momentum", "sgd", "adam", "adamw", "lion"]})
+Schedule = Enum("Schedule", {n: n for n in ["constant", "cosine", "step", "multistep", "exponential", "onecycle"]})
 Target = Enum("Target", {n: n for n in ["auto", "cpu", "gpu", "ascend"]})
 
 
@@ -93,12 +93,28 @@ class DataConfig:
 @dataclass
 class OptimConfig:
     name: OptimName = MISSING
-    lr: float = 0.1
-    momentum: float = 0.9  # SGD momentum; Adam's beta1
-    weight_decay: float = 1e-4
+    lr: float = 0.1  # the peak rate; the schedule is a factor of it
+    momentum: float = 0.9  # SGD momentum; beta1 of adam, adamw, lion
+    beta2: float = 0.999  # adam, adamw, lion
+    eps: float = 1e-8  # adam, adamw
+    nesterov: bool = False  # momentum, sgd
+    weight_decay: float = 1e-4  # L2 (momentum, sgd, adam); decoupled (adamw, lion)
     schedule: Schedule = Schedule.cosine
-    warmup_epochs: float = 0.0
-    min_lr: float = 0.0
+    warmup_epochs: float = 0.0  # linear ramp to lr; the schedule starts when it ends (not onecycle)
+    min_lr: float = 0.0  # cosine, onecycle: the last step's rate
+    step_epochs: float = 30.0  # step: multiply by gamma every step_epochs epochs
+    gamma: float = 0.1  # step, multistep: factor per decay; exponential: factor per epoch
+    milestones: List[float] = field(default_factory=list)  # multistep: epochs (after warmup) at which to decay
+    pct_start: float = 0.3  # onecycle: share of the steps spent rising
+    div_factor: float = 25.0  # onecycle: the first rate is lr / div_factor
+    # The train step (runner/train_step.py), for every optimizer:
+    clip_grad_norm: float = 0.0  # > 0: clip the unscaled gradients to this global L2 norm
+    accumulate_steps: int = 1  # micro-batches whose mean gradient makes one optimizer update
+
+
+@dataclass
+class EmaConfig:
+    decay: float = 0.0  # > 0: keep an exponential moving average of the weights; it is evaluated and saved
 
 
 @dataclass
@@ -172,6 +188,7 @@ class Config:
     model: ModelConfig = MISSING
     data: DataConfig = MISSING
     optim: OptimConfig = MISSING
+    ema: EmaConfig = field(default_factory=EmaConfig)
     device: DeviceConfig = MISSING
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     seed: int = 0
