@@ -52,7 +52,7 @@ def run(cfg) -> dict:
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
 
     from datasets import build_data
-    from models import build_model
+    from models import ModelSourceError, build_model
     from runner.amp import build_trainer
     from runner.checkpoints import Checkpointer, find_resume, restore
     from runner.loggers import build_logger
@@ -67,7 +67,10 @@ def run(cfg) -> dict:
     batch = distributed.local_batch(cfg, world)
     data = build_data(cfg.data, cfg.padding, batch, cfg.seed, shard=(world, rank) if world > 1 else None)
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
-    net = make_net()
+    try:
+        net = make_net()
+    except ModelSourceError as e:  # models/ cannot raise the runner's errors (it does not import runner)
+        raise UserError(str(e)) from None
     # MindSpore 2.10's Model.train silently trains without sink on CPU (train/model.py), reading
     # epochs as whole passes; say so instead of pretending, and plan the steps it will really run.
     sink = cfg.sink.enabled and target != "CPU"

@@ -17,7 +17,8 @@ AmpLevel = Enum("AmpLevel", {n: n for n in ["O0", "O1", "O2", "O3", "auto"]})
 LossScaleType = Enum("LossScaleType", {n: n for n in ["none", "fixed", "dynamic"]})
 PaddingKind = Enum("PaddingKind", {n: n for n in ["fixed", "bucket", "none"]})
 PadMethod = Enum("PadMethod", {n: n for n in ["resize", "pad", "resize_pad", "crop"]})
-ModelStyle = Enum("ModelStyle", {n: n for n in ["cifar", "imagenet"]})
+ModelStyle = Enum("ModelStyle", {n: n for n in ["cifar", "imagenet", "mindcv"]})
+Stem = Enum("Stem", {n: n for n in ["auto", "imagenet", "cifar"]})
 BadSample = Enum("BadSample", {n: n for n in ["error", "skip"]})
 DataSource = Enum("DataSource", {n: n for n in ["digits", "synthetic", "imagefolder", "cifar10"]})
 OptimName = Enum("OptimName", {n: n for n in ["momentum", "sgd", "adam", "adamw", "lion"]})
@@ -66,9 +67,12 @@ class PaddingConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    style: ModelStyle = MISSING
-    depth: int = MISSING
-    width: int = 16  # channels of the first stage
+    style: ModelStyle = MISSING  # cifar, imagenet: the built-in ResNets (models/resnet.py); mindcv: the zoo
+    depth: Optional[int] = None  # cifar, imagenet
+    width: int = 16  # cifar, imagenet: channels of the first stage
+    stem: Stem = Stem.auto  # imagenet: 7x7/2 + max pool (imagenet), 3x3/1 (cifar), or by input size (auto: < 64 px)
+    arch: Optional[str] = None  # mindcv: a mindcv.list_models() name
+    checkpoint: Optional[str] = None  # mindcv: local pretrained weights (.ckpt); mismatched head/stem adapted
     num_classes: Optional[int] = None  # None: take it from the data
 
 

@@ -1,13 +1,15 @@
 """Checks that need more than a type: ranges and contradictions, before anything heavy loads."""
 
+import os
+
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.errors import ConfigError
-from runner.schema import Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
+from runner.schema import Config, DataConfig, LossScaleConfig, ModelConfig, OptimConfig, PaddingConfig
 
-# hydra.utils.instantiate may build only the project's own classes or MindSpore's.
-ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
+# hydra.utils.instantiate may build only the project's own classes, MindSpore's or MindCV's.
+ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.", "mindcv.")
 
 
 def check_target(path: str, target) -> None:
@@ -67,6 +69,11 @@ USES = {
             "exponential": {"warmup_epochs", "gamma"},
             "onecycle": {"min_lr", "pct_start", "div_factor"},  # its rising phase is the warmup
         },
+    ),
+    "model": (
+        "model.style",
+        ("depth", "width", "stem", "arch", "checkpoint"),
+        {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
     ),
     "optim.name": (
         "optim.name",
@@ -143,6 +150,7 @@ def _problems(cfg):
         ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type.name),
         ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule.name),
         ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name.name),
+        ("model", cfg.model, ModelConfig(), cfg.model.style.name),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -162,8 +170,19 @@ def _problems(cfg):
     if cfg.optim.min_lr < 0 or cfg.optim.min_lr >= cfg.optim.lr:
         yield f"optim.min_lr must be at least 0 and below optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
     yield from _optim_problems(cfg)
+    yield from _model_problems(cfg.model)
     if cfg.data.name.name in ("imagefolder", "cifar10") and not cfg.data.root:
         yield f"data={cfg.data.name.name} needs data.root"
+
+
+def _model_problems(m):
+    if m.style.name == "mindcv":
+        if not m.arch:
+            yield "model=mindcv needs model.arch, a mindcv.list_models() name (e.g. model.arch=mobilenet_v3_small_100)"
+        if m.checkpoint and not os.path.isfile(m.checkpoint):
+            yield f"model.checkpoint={m.checkpoint}: no such file"
+    elif m.depth is None:
+        yield f"model.style={m.style.name} needs model.depth"
 
 
 def _optim_problems(cfg):
