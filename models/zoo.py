@@ -9,11 +9,9 @@ import os
 
 import numpy as np
 
+from models.errors import ModelError
+
 log = logging.getLogger("runner")
-
-
-class ModelSourceError(ValueError):
-    """A model that cannot be built as configured (unknown architecture, unreadable weights)."""
 
 
 def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None):
@@ -21,12 +19,12 @@ def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None)
     try:
         import mindcv
     except ImportError:
-        raise ModelSourceError("model=mindcv needs MindCV: pip install -e '.[zoo]'.") from None
+        raise ModelError("model=mindcv needs MindCV: pip install -e '.[zoo]'.") from None
     names = mindcv.list_models()
     if arch not in names:
         close = difflib.get_close_matches(str(arch), names, n=5)
         hint = f"closest: {', '.join(close)}" if close else f"e.g. {', '.join(names[:5])}"
-        raise ModelSourceError(
+        raise ModelError(
             f"model.arch={arch!r} is not a MindCV architecture ({len(names)} of them: "
             f"python -c 'import mindcv; print(mindcv.list_models())'; {hint})."
         )
@@ -47,11 +45,11 @@ def load_pretrained(net, path: str) -> dict:
     import mindspore as ms
 
     if not os.path.isfile(path):
-        raise ModelSourceError(f"model.checkpoint={path}: no such file.")
+        raise ModelError(f"model.checkpoint={path}: no such file.")
     try:
         saved = ms.load_checkpoint(path)
     except Exception as e:  # MindSpore raises ValueError/RuntimeError for files it cannot parse
-        raise ModelSourceError(
+        raise ModelError(
             f"model.checkpoint={path} is not a readable MindSpore checkpoint ({str(e).splitlines()[0]})."
         ) from None
     load, skipped = {}, []
@@ -67,7 +65,7 @@ def load_pretrained(net, path: str) -> dict:
             continue
         load[p.name] = value
     if not load:
-        raise ModelSourceError(
+        raise ModelError(
             f"model.checkpoint={path} has no parameter of this network (names like "
             f"{', '.join(list(saved)[:3])}; the network's are like "
             f"{', '.join(p.name for p in list(net.get_parameters())[:3])})."

@@ -13,10 +13,6 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 from runner.errors import ConfigError, UserError
 
 
-def _name(value) -> str:
-    return value.name if hasattr(value, "name") else str(value)
-
-
 class Constant(LearningRateSchedule):
     """Factor 1 at every step (the rate is the peak rate)."""
 
@@ -89,7 +85,7 @@ class WarmupSchedule(LearningRateSchedule):
 
 def schedule_factor(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
     """The schedule as a factor of the peak rate over `steps` optimizer updates (after warmup)."""
-    kind = _name(cfg.schedule)
+    kind = str(cfg.schedule)
     if kind == "constant":
         return Constant()
     if kind == "cosine":
@@ -122,7 +118,7 @@ def build_optimizer(cfg, params, steps_per_epoch: int, total_steps: int):
     optim.accumulate_steps=N an epoch is steps_per_epoch / N updates."""
     n = max(1, int(cfg.accumulate_steps))
     lr = build_schedule(cfg, steps_per_epoch / n, max(1, total_steps // n))
-    name = _name(cfg.name)
+    name = str(cfg.name)
     wd = cfg.weight_decay
     if name == "momentum":
         return nn.Momentum(params, lr, cfg.momentum, weight_decay=wd, use_nesterov=cfg.nesterov)

@@ -5,6 +5,8 @@ import os
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from datasets.errors import DataConfigError
+from datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
 from runner.schema import Config, DataConfig, LossScaleConfig, ModelConfig, OptimConfig, PaddingConfig
 
@@ -70,11 +72,6 @@ USES = {
             "onecycle": {"min_lr", "pct_start", "div_factor"},  # its rising phase is the warmup
         },
     ),
-    "model": (
-        "model.style",
-        ("depth", "width", "stem", "arch", "checkpoint"),
-        {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
-    ),
     "optim.name": (
         "optim.name",
         ("nesterov", "beta2", "eps"),
@@ -85,6 +82,11 @@ USES = {
             "adamw": {"beta2", "eps"},
             "lion": {"beta2"},
         },
+    ),
+    "model": (
+        "model.style",
+        ("depth", "width", "stem", "arch", "checkpoint"),
+        {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
     ),
 }
 
@@ -108,18 +110,14 @@ def _unused_message(section: str, kind: str, ignored: list) -> str:
 
 def check_padding(padding, defaults) -> None:
     """Raise ConfigError for impossible `padding` values and for fields the chosen option would ignore."""
-    kind = padding.name.name
+    kind = padding.name
     ignored = unused_fields("padding", padding, defaults, kind)
     if ignored:
         raise ConfigError(_unused_message("padding", kind, ignored) + ".")
-    if kind == "fixed" and (padding.height < 1 or padding.width < 1):
-        raise ConfigError(f"padding.height and padding.width must be positive, got {padding.height}x{padding.width}.")
-    if kind == "bucket":
-        b = list(padding.buckets)
-        if not b or b[0] < 1 or any(x >= y for x, y in zip(b, b[1:])):
-            raise ConfigError(f"padding.buckets must be positive, strictly increasing square sizes, got {b}.")
-    if not 0 <= padding.fill <= 255:
-        raise ConfigError(f"padding.fill is a pixel value 0..255, got {padding.fill}.")
+    try:
+        check_padding_values(padding)
+    except DataConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _plain(value):
@@ -146,11 +144,11 @@ def _problems(cfg):
     if cfg.amp.loss_scale.factor <= 1:
         yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
     for section, node, defaults, kind in (
-        ("data", cfg.data, DataConfig(), cfg.data.name.name),
-        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type.name),
-        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule.name),
-        ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name.name),
-        ("model", cfg.model, ModelConfig(), cfg.model.style.name),
+        ("data", cfg.data, DataConfig(), cfg.data.name),
+        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
+        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
+        ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name),
+        ("model", cfg.model, ModelConfig(), cfg.model.style.value),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -171,23 +169,23 @@ def _problems(cfg):
         yield f"optim.min_lr must be at least 0 and below optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
     yield from _optim_problems(cfg)
     yield from _model_problems(cfg.model)
-    if cfg.data.name.name in ("imagefolder", "cifar10") and not cfg.data.root:
-        yield f"data={cfg.data.name.name} needs data.root"
+    if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
+        yield f"data={cfg.data.name} needs data.root"
 
 
 def _model_problems(m):
-    if m.style.name == "mindcv":
+    if m.style == "mindcv":
         if not m.arch:
             yield "model=mindcv needs model.arch, a mindcv.list_models() name (e.g. model.arch=mobilenet_v3_small_100)"
         if m.checkpoint and not os.path.isfile(m.checkpoint):
             yield f"model.checkpoint={m.checkpoint}: no such file"
     elif m.depth is None:
-        yield f"model.style={m.style.name} needs model.depth"
+        yield f"model.style={m.style.value} needs model.depth"
 
 
 def _optim_problems(cfg):
     o = cfg.optim
-    kind = o.schedule.name
+    kind = o.schedule
     if not 0 <= o.momentum < 1:
         yield f"optim.momentum must be in [0, 1), got {o.momentum}"
     if not 0 < o.beta2 < 1:

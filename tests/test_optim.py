@@ -7,19 +7,10 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
-from hydra import compose, initialize_config_dir
+from conftest import REPO, TINY, compose_cfg, metrics, run_cli
 
 from runner.optim import build_optimizer, build_schedule, schedule_rates
-from runner.schema import register
 from runner.validate import validate
-
-register()
-
-
-def compose_cfg(*overrides):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def rates(*overrides, per_epoch=10, total=100):

@@ -4,7 +4,7 @@ their effect through the CLI."""
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli
 
 
 def _weights(path):
@@ -17,7 +17,7 @@ def _step_cell(mode, scale="none", momentum=0.0, bn=False, **update):
     import mindspore as ms
     from mindspore import nn
 
-    from runner.train_step import ScaledTrainStep
+    from runner.amp.train_step import ScaledTrainStep
 
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     ms.set_seed(0)
@@ -175,15 +175,10 @@ def test_bad_update_settings_are_refused(tmp_path, overrides, message):
 def test_accumulate_steps_is_refused_where_data_sinks():
     # On CPU sink=on never sinks (the run falls back and says so), so the refusal is checked at the
     # decision itself: run.py calls it with sink = sink=on and a device that sinks.
-    from hydra import compose, initialize_config_dir
-
     from runner.errors import ConfigError
     from runner.run import check_accumulate
-    from runner.schema import register
 
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["sink=on", "optim.accumulate_steps=2"])
+    cfg = compose_cfg("sink=on", "optim.accumulate_steps=2")
     with pytest.raises(ConfigError, match="optim.accumulate_steps=2 cannot run with sink=on"):
         check_accumulate(cfg, True, 100)
     assert check_accumulate(cfg, False, 100) == 2

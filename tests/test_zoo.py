@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli
 
 pytest.importorskip("mindcv")  # the `zoo` extra
 NO_WIDTH = [o for o in TINY if not o.startswith("model.width")]  # width is a built-in ResNet's setting
@@ -29,21 +29,15 @@ def test_bad_model_settings_are_refused(tmp_path, overrides, message):
 def test_pretrained_checkpoint_adapts_head_and_input_channels(tmp_path):
     import mindcv
     import mindspore as ms
-    from hydra import compose, initialize_config_dir
 
-    from models import build_model
-    from runner.schema import register
-
-    register()
+    from models import ModelError, build_model
 
     rgb = mindcv.create_model("shufflenet_v2_x0_5", num_classes=5, in_channels=3)
     ms.save_checkpoint(rgb, str(tmp_path / "rgb.ckpt"))
     saved = {p.name: p.asnumpy() for p in rgb.get_parameters()}
 
     def model_cfg(ckpt):
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            overrides = ["model=mindcv", "model.arch=shufflenet_v2_x0_5", f"model.checkpoint={ckpt}"]
-            return compose("config", overrides=overrides).model
+        return compose_cfg("model=mindcv", "model.arch=shufflenet_v2_x0_5", f"model.checkpoint={ckpt}").model
 
     cfg = model_cfg(tmp_path / "rgb.ckpt")
     gray = build_model(cfg, num_classes=10, in_channels=1, image_size=8)
@@ -55,7 +49,7 @@ def test_pretrained_checkpoint_adapts_head_and_input_channels(tmp_path):
     same = [n for n in got if n != first and n not in head]
     assert len(same) > 50 and all(np.array_equal(got[n], saved[n]) for n in same)
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="not a readable MindSpore checkpoint"):
+    with pytest.raises(ModelError, match="not a readable MindSpore checkpoint"):
         build_model(model_cfg(tmp_path / "junk.ckpt"), 10, 1, 8)
 
 

@@ -1,28 +1,54 @@
-"""Consumer of the `amp` group (and `mode` for the train step): mixed precision, loss scale, Model."""
+"""Mixed precision and the train cell: the `amp` group's consumer (and `mode`'s, for the train step)."""
 
 import logging
 import os
+from dataclasses import dataclass
 
 from mindspore import Model, nn
 from mindspore import dtype as mstype
 from mindspore.amp import auto_mixed_precision
 
-from runner.fp32_islands import keep_fp32, match_cells
-from runner.train_step import FP32Logits, JitScaledTrainStep, ScaledTrainStep
+from runner.amp.fp32_islands import keep_fp32, match_cells
+from runner.amp.train_step import FP32Logits, JitScaledTrainStep, ScaledTrainStep, drops_overflow
 
 log = logging.getLogger("runner")
+
+
+@dataclass
+class AmpUsed:
+    """What the `amp` group resolved to on this device (metrics.json records each field)."""
+
+    amp_level_used: str
+    loss_scale_type_used: str
+    native_loss_scale_cell: bool
+    keep_fp32: list
+    drops_overflow: bool  # whether a step whose gradients overflow skips its update
+
+
+@dataclass
+class Trainer:
+    """The train and eval Models around one network, and the train cell they share weights with."""
+
+    model: Model
+    step_cell: nn.Cell
+    evaluator: Model
+    used: AmpUsed
 
 
 def resolve_level(level: str, device_target: str) -> str:
     """`auto` means O2 where FP16 is fast (GPU/Ascend) and O0 on CPU, where FP16 convs run slower."""
     if level != "auto":
-        return level
+        return str(level)
     return "O0" if device_target == "CPU" else "O2"
 
 
 def loss_fn():
-    """The training loss; it always sees FP32 logits (FP32Logits casts them)."""
-    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    """The training and evaluation loss on FP32 logits.
+
+    nn.CrossEntropyLoss, not SoftmaxCrossEntropyWithLogits(sparse=True): the latter returns inf on CPU
+    once a logit gap reaches ~90 (docs/mindspore-notes.md#sparse-softmax-ce).
+    """
+    return nn.CrossEntropyLoss(reduction="mean")
 
 
 def wrap_amp(net, level: str, keep: list, run_dir: str):
@@ -35,7 +61,8 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
         for _, cell in cells:
             cell.to_float(mstype.float32)
     # Parameters stay FP32 (master weights); casts are inserted around the FP16 compute.
-    # O1 rewrites the network's source into ./rewritten_network/: keep that in the run directory.
+    # O1 rewrites the network's source into ./rewritten_network/ (docs/mindspore-notes.md#o1-rewrite):
+    # keep that in the run directory.
     cwd = os.getcwd()
     os.chdir(run_dir)
     try:
@@ -49,8 +76,16 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
     return amp_net
 
 
-def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False, update=None):
-    """Wrap net for AMP and loss scaling; return (Model, train cell, eval Model, what was used).
+def build_loss_net(net, level: str, keep: list, run_dir: str):
+    """(FP32-logits network, loss network) as training runs them: the one place both are built."""
+    logits = FP32Logits(wrap_amp(net, level, keep, run_dir))
+    return logits, nn.WithLossCell(logits, loss_fn())
+
+
+def build_trainer(
+    net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False, update=None
+) -> Trainer:
+    """Wrap net for AMP and loss scaling into train and eval Models.
 
     grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
     it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
@@ -58,17 +93,16 @@ def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_di
     gradient accumulation and the weights' EMA to that step; any of them also selects it.
     """
     update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
-    level = resolve_level(amp_cfg.level.name, device_target)
+    level = resolve_level(amp_cfg.level, device_target)
     ls = amp_cfg.loss_scale
-    scale_type = ls.type.name
-    if amp_cfg.level.name == "auto" and level == "O0":
+    scale_type = str(ls.type)
+    if amp_cfg.level == "auto" and level == "O0":
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
-    net = wrap_amp(net, level, list(amp_cfg.keep_fp32), run_dir)
-    fp32_net = FP32Logits(net)
-    loss_net = nn.WithLossCell(fp32_net, loss_fn())
+    logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir)
     native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
     if native and scale_type == "dynamic":
-        # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path.
+        # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path
+        # (on CPU they do not run: docs/mindspore-notes.md#cpu-loss-scale).
         manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
         step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
     else:
@@ -84,12 +118,12 @@ def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_di
             grad_stats,
             **update,
         )
-    model = Model(step)
-    evaluator = Model(fp32_net, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
-    used = {
-        "amp_level_used": level,
-        "loss_scale_type_used": scale_type,
-        "native_loss_scale_cell": native and scale_type == "dynamic",
-        "keep_fp32": list(amp_cfg.keep_fp32),
-    }
-    return model, step, evaluator, used
+    evaluator = Model(logits, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
+    used = AmpUsed(
+        amp_level_used=level,
+        loss_scale_type_used=scale_type,
+        native_loss_scale_cell=native and scale_type == "dynamic",
+        keep_fp32=list(amp_cfg.keep_fp32),
+        drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
+    )
+    return Trainer(Model(step), step, evaluator, used)

@@ -1,0 +1,29 @@
+"""build_model: the network the `model` settings name, sized for the data."""
+
+from models.errors import ModelError
+from models.resnet import resnet
+from models.zoo import mindcv_model
+
+
+def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
+    """Build the network `cfg` (models.settings.ModelConfig) names for data of this shape."""
+    if cfg.num_classes is not None and cfg.num_classes < num_classes:
+        raise ModelError(
+            f"The data has {num_classes} classes (labels 0..{num_classes - 1}) but model.num_classes="
+            f"{cfg.num_classes}: labels outside the model's classes. "
+            "Set model.num_classes=null to take it from the data."
+        )
+    if cfg.style == "mindcv":
+        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint)
+    try:
+        return resnet(
+            style=cfg.style,
+            depth=cfg.depth,
+            width=cfg.width,
+            num_classes=cfg.num_classes or num_classes,
+            in_channels=in_channels,
+            image_size=image_size,
+            stem=cfg.stem,
+        )
+    except ValueError as e:
+        raise ModelError(f"model.depth: {e}.") from None
