@@ -3,7 +3,7 @@
 The schedule is a `LearningRateSchedule` cell that computes each step's rate from the optimizer's
 `global_step`, so a checkpoint stores the schedule's parameters (the peak rate as the Parameter
 `learning_rate`), not one rate per step: a per-step list made an epochs=100000 run's every
-checkpoint 18 MB.
+checkpoint 18 MB (docs/mindspore-notes.md#lr-schedule-cell).
 """
 
 from mindspore import Parameter, Tensor, nn, ops
@@ -129,8 +129,8 @@ def build_optimizer(cfg, params, steps_per_epoch: int, total_steps: int):
     if name == "adamw":  # decoupled weight decay (Loshchilov & Hutter)
         return nn.AdamWeightDecay(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
     if name == "lion":
-        # MindSpore's nn has no Lion; its nn.Lamb would be the other large-batch choice, but its fused
-        # Lamb kernel does not exist on CPU in MindSpore 2.10 ("Unsupported op [Lamb] on CPU").
+        # MindSpore's nn has no Lion; its nn.Lamb would be the other large-batch choice, but it does
+        # not run on CPU (docs/mindspore-notes.md#cpu-lamb).
         try:
             from mindcv.optim.lion import Lion
         except ImportError:

@@ -90,3 +90,14 @@ def test_zoo_model_trains_in_graph_mode(tmp_path):
     m = metrics(tmp_path)
     curve = np.array(m["loss_curve"])
     assert m["compile_count"] == 1 and curve[-10:].mean() < curve[:10].mean() - 0.3
+
+
+def test_resnet_stem_through_the_cli(tmp_path):
+    # At 8x8, auto keeps the CIFAR stem; model.stem=imagenet forces the 7x7/2 + pool stem, which
+    # leaves a quarter of the side for the stages: far fewer FLOPs per sample.
+    small = ["model=resnet18", "model.width=4", *[o for o in TINY if not o.startswith("model.width")]]
+    run_cli(tmp_path / "auto", *small)
+    run_cli(tmp_path / "imagenet", *small, "model.stem=imagenet")
+    auto, imagenet = metrics(tmp_path / "auto"), metrics(tmp_path / "imagenet")
+    assert imagenet["flops"]["forward_per_sample"] < auto["flops"]["forward_per_sample"] / 4
+    assert np.isfinite(imagenet["final_loss"]) and np.isfinite(auto["final_loss"])

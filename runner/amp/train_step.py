@@ -34,6 +34,10 @@ class ScaledTrainStep(nn.Cell):
     MindSpore's Model refuses DynamicLossScaleManager on CPU and TrainOneStepWithLossScaleCell
     needs NPUGetFloatStatusV2, which the CPU lacks (docs/mindspore-notes.md#cpu-loss-scale). This cell checks the
     unscaled gradients with all_finite instead, which every backend has.
+
+    clip_norm > 0 clips the unscaled gradients to that global norm, accumulate > 1 updates once per
+    that many calls with the mean of their gradients, ema_decay > 0 keeps an average of the weights
+    (`use_ema()` puts it into the network); see _init_update.
     """
 
     def __init__(
