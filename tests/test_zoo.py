@@ -94,10 +94,11 @@ def test_zoo_model_trains_in_graph_mode(tmp_path):
 
 def test_resnet_stem_through_the_cli(tmp_path):
     # At 8x8, auto keeps the CIFAR stem; model.stem=imagenet forces the 7x7/2 + pool stem, which
-    # leaves a quarter of the side for the stages: far fewer FLOPs per sample.
+    # leaves a quarter of the side for the stages: fewer FLOPs per sample (measured 97.5k vs 275.6k;
+    # the 7x7 convolution itself and the 1x1 deep stages that both share keep it from 16x).
     small = ["model=resnet18", "model.width=4", *[o for o in TINY if not o.startswith("model.width")]]
     run_cli(tmp_path / "auto", *small)
     run_cli(tmp_path / "imagenet", *small, "model.stem=imagenet")
     auto, imagenet = metrics(tmp_path / "auto"), metrics(tmp_path / "imagenet")
-    assert imagenet["flops"]["forward_per_sample"] < auto["flops"]["forward_per_sample"] / 4
+    assert imagenet["flops"]["forward_per_sample"] < auto["flops"]["forward_per_sample"] / 2
     assert np.isfinite(imagenet["final_loss"]) and np.isfinite(auto["final_loss"])
