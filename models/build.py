@@ -3,6 +3,7 @@
 from models.conv import PATHS
 from models.errors import ModelError
 from models.resnet import resnet
+from models.zoo import mindcv_model
 
 
 def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
@@ -13,6 +14,8 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
             f"{cfg.num_classes}: labels outside the model's classes. "
             "Set model.num_classes=null to take it from the data."
         )
+    if cfg.style == "mindcv":
+        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint)
     conv = getattr(cfg.conv, "value", cfg.conv)
     if conv not in PATHS:
         raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
@@ -25,6 +28,7 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
             in_channels=in_channels,
             image_size=image_size,
             conv=conv,
+            stem=cfg.stem,
         )
     except ValueError as e:
         raise ModelError(f"model.depth: {e}.") from None

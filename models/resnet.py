@@ -118,12 +118,21 @@ class ResNet(nn.Cell):
 
 
 def resnet(
-    style: str, depth: int, width: int, num_classes: int, in_channels: int, image_size: int, conv: str = "native"
+    style: str,
+    depth: int,
+    width: int,
+    num_classes: int,
+    in_channels: int,
+    image_size: int,
+    conv: str = "native",
+    stem: str = "auto",
 ) -> ResNet:
     """Build a ResNet of the given style and depth; unknown depths raise ValueError.
 
     `conv` is the convolution algorithm: "native", "gemm" or "auto" (per layer shape, models/conv.py);
-    the parameters are the same under every choice.
+    the parameters are the same under every choice. stem (ImageNet style): "imagenet" is the 7x7/2
+    conv and max pool, "cifar" the 3x3 conv that keeps full resolution, "auto" the first from 64 px up
+    and the second below.
     """
     if style == "cifar":
         if depth not in CIFAR_DEPTHS:
@@ -142,7 +151,7 @@ def resnet(
         raise ValueError(f"ImageNet-style ResNet depth must be one of {sorted(IMAGENET_DEPTHS)}, got {depth}")
     kind, blocks = IMAGENET_DEPTHS[depth]
     block = BasicBlock if kind == "basic" else Bottleneck
-    # Small inputs (CIFAR-size) keep full resolution in the stem, as the usual CIFAR adaptations do.
-    return ResNet(
-        block, blocks, width, num_classes, in_channels, large_stem=image_size >= 64, size=image_size, conv_path=conv
-    )
+    # Small inputs (CIFAR-size) keep full resolution in the stem, as the usual CIFAR adaptations do:
+    # the ImageNet stem divides the side by 4, leaving 2x2 of an 8x8 digit before the first stage.
+    large = image_size >= 64 if stem == "auto" else stem == "imagenet"
+    return ResNet(block, blocks, width, num_classes, in_channels, large_stem=large, size=image_size, conv_path=conv)

@@ -1,29 +1,139 @@
-"""Consumer of the `optim` group: optimizer and per-step learning-rate schedule."""
+"""Consumer of the `optim` group: the optimizer and its learning-rate schedule.
 
-import math
+The schedule is a `LearningRateSchedule` cell that computes each step's rate from the optimizer's
+`global_step`, so a checkpoint stores the schedule's parameters (the peak rate as the Parameter
+`learning_rate`), not one rate per step: a per-step list made an epochs=100000 run's every
+checkpoint 18 MB (docs/mindspore-notes.md#lr-schedule-cell).
+"""
 
-from mindspore import nn
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore import dtype as mstype
+from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+from runner.errors import ConfigError, UserError
 
 
-def lr_schedule(cfg, steps_per_epoch: int, total: int) -> list:
-    """Per-step learning rates: linear warmup over warmup_epochs, then constant or cosine to min_lr."""
-    warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
-    lrs = []
-    for step in range(total):
-        if step < warmup:
-            lrs.append(cfg.lr * (step + 1) / warmup)
-        elif cfg.schedule == "cosine":
-            progress = (step - warmup) / max(1, total - warmup)
-            lrs.append(cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress)))
-        else:
-            lrs.append(cfg.lr)
-    return lrs
+class Constant(LearningRateSchedule):
+    """Factor 1 at every step (the rate is the peak rate)."""
+
+    def construct(self, global_step):
+        return ops.ones_like(ops.cast(global_step, mstype.float32))
+
+
+class MultiStep(LearningRateSchedule):
+    """gamma ** (number of milestones reached).
+
+    MindSpore's nn has no milestone schedule (and mindcv.scheduler's multi_step_lr returns a per-step
+    list, which is what this module avoids), so this is the one line of it.
+    """
+
+    def __init__(self, milestones: list, gamma: float):
+        super().__init__()
+        self.milestones = Tensor(milestones, mstype.float32)
+        self.gamma = float(gamma)
+
+    def construct(self, global_step):
+        step = ops.cast(global_step, mstype.float32).reshape(-1)[:1]
+        reached = ops.reduce_sum(ops.cast(self.milestones <= step, mstype.float32))
+        return ops.pow(Tensor(self.gamma, mstype.float32), reached).reshape(1)
+
+
+class OneCycle(LearningRateSchedule):
+    """Smith's one-cycle policy, cosine-annealed as in torch's OneCycleLR: from 1/div_factor up to 1
+    over the first pct_start of the steps, then down to min_factor.
+
+    Neither MindSpore's nn nor mindcv.scheduler has it as a step-computed schedule.
+    """
+
+    def __init__(self, total: int, pct_start: float, div_factor: float, min_factor: float):
+        super().__init__()
+        self.up = max(1.0, float(round(total * pct_start)))
+        self.down = max(1.0, float(total) - self.up)
+        self.start = 1.0 / float(div_factor)
+        self.end = float(min_factor)
+        self.pi = 3.141592653589793
+
+    def construct(self, global_step):
+        step = ops.cast(global_step, mstype.float32)
+        rise = ops.minimum(step / self.up, 1.0)
+        fall = ops.clip_by_value((step - self.up) / self.down, Tensor(0.0, mstype.float32), Tensor(1.0, mstype.float32))
+        up = self.start + (1.0 - self.start) * 0.5 * (1.0 - ops.cos(self.pi * rise))
+        down = self.end + (1.0 - self.end) * 0.5 * (1.0 + ops.cos(self.pi * fall))
+        return ops.select(step < self.up, up, down)
+
+
+class WarmupSchedule(LearningRateSchedule):
+    """peak rate x the schedule's factor, after `warmup` steps of a linear ramp to the peak.
+
+    The schedule runs over the steps after warmup (its step 0 is the first step after the ramp).
+    """
+
+    def __init__(self, lr: float, factor: LearningRateSchedule, warmup: int):
+        super().__init__()
+        self.learning_rate = Parameter(Tensor(lr, mstype.float32), name="learning_rate", requires_grad=False)
+        self.factor = factor
+        self.warmup = int(warmup)
+
+    def construct(self, global_step):
+        step = ops.cast(global_step, mstype.float32)
+        if self.warmup > 0:
+            after = ops.cast(ops.maximum(global_step - self.warmup, 0), global_step.dtype)
+            ramp = (step + 1.0) / self.warmup
+            return self.learning_rate * ops.select(step < self.warmup, ramp, self.factor(after))
+        return self.learning_rate * self.factor(global_step)
+
+
+def schedule_factor(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    """The schedule as a factor of the peak rate over `steps` optimizer updates (after warmup)."""
+    kind = str(cfg.schedule)
+    if kind == "constant":
+        return Constant()
+    if kind == "cosine":
+        return nn.CosineDecayLR(cfg.min_lr / cfg.lr, 1.0, max(1, steps))
+    if kind == "step":
+        # ExponentialDecayLR with is_stair is exactly step decay: gamma every decay_steps.
+        return nn.ExponentialDecayLR(1.0, cfg.gamma, max(1, int(round(cfg.step_epochs * updates_per_epoch))), True)
+    if kind == "exponential":
+        return nn.ExponentialDecayLR(1.0, cfg.gamma, max(1, int(round(updates_per_epoch))))  # gamma per epoch, smooth
+    if kind == "multistep":
+        return MultiStep([round(m * updates_per_epoch) for m in cfg.milestones], cfg.gamma)
+    if kind == "onecycle":
+        return OneCycle(steps, cfg.pct_start, cfg.div_factor, cfg.min_lr / cfg.lr)
+    raise ConfigError(f"optim.schedule={kind} is not a schedule the runner knows.")
+
+
+def build_schedule(cfg, updates_per_epoch: float, total_updates: int) -> WarmupSchedule:
+    """The run's learning-rate schedule over `total_updates` optimizer updates."""
+    warmup = int(round(cfg.warmup_epochs * updates_per_epoch))
+    return WarmupSchedule(cfg.lr, schedule_factor(cfg, updates_per_epoch, total_updates - warmup), warmup)
+
+
+def schedule_rates(schedule: LearningRateSchedule, steps: int) -> list:
+    """The rate at steps 0..steps-1, for tests and plots (evaluated by the cell itself)."""
+    return [float(schedule(Tensor([s], mstype.int32)).asnumpy().reshape(-1)[0]) for s in range(steps)]
 
 
 def build_optimizer(cfg, params, steps_per_epoch: int, total_steps: int):
-    """Momentum SGD or Adam (optim.momentum is Adam's beta1) with the schedule above and weight decay."""
-    lr = lr_schedule(cfg, steps_per_epoch, total_steps)
-    name = cfg.name
+    """The configured optimizer with its schedule; schedules count optimizer updates, so with
+    optim.accumulate_steps=N an epoch is steps_per_epoch / N updates."""
+    n = max(1, int(cfg.accumulate_steps))
+    lr = build_schedule(cfg, steps_per_epoch / n, max(1, total_steps // n))
+    name = str(cfg.name)
+    wd = cfg.weight_decay
     if name == "momentum":
-        return nn.Momentum(params, lr, cfg.momentum, weight_decay=cfg.weight_decay)
-    return nn.Adam(params, lr, beta1=cfg.momentum, weight_decay=cfg.weight_decay)
+        return nn.Momentum(params, lr, cfg.momentum, weight_decay=wd, use_nesterov=cfg.nesterov)
+    if name == "sgd":
+        return nn.SGD(params, lr, momentum=cfg.momentum, weight_decay=wd, nesterov=cfg.nesterov)
+    if name == "adam":  # L2 weight decay, added to the gradient
+        return nn.Adam(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
+    if name == "adamw":  # decoupled weight decay (Loshchilov & Hutter)
+        return nn.AdamWeightDecay(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
+    if name == "lion":
+        # MindSpore's nn has no Lion; its nn.Lamb would be the other large-batch choice, but it does
+        # not run on CPU (docs/mindspore-notes.md#cpu-lamb).
+        try:
+            from mindcv.optim.lion import Lion
+        except ImportError:
+            raise UserError("optim=lion comes from MindCV: pip install -e '.[zoo]'.") from None
+        return Lion(params, lr, beta1=float(cfg.momentum), beta2=float(cfg.beta2), weight_decay=wd)
+    raise ConfigError(f"optim={name} is not an optimizer the runner knows.")

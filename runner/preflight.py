@@ -18,13 +18,14 @@ from functools import cache
 
 from runner.errors import ConfigError
 
-# Packages whose classes and functions a config may name as a `_target_`: the project, MindSpore,
+# Packages whose classes and functions a config may name as a `_target_`: the project, MindSpore, MindCV,
 # Hydra's own launchers/sweepers/callbacks, installed Hydra plugins and the Optuna sweeper's samplers.
 ALLOWED_PACKAGES = (
     "runner",
     "models",
     "datasets",
     "mindspore",
+    "mindcv",
     "hydra_plugins",
     "hydra._internal.core_plugins",
     "hydra.experimental.callbacks",

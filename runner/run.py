@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import os
-import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -18,13 +17,12 @@ from hydra.core.hydra_config import HydraConfig
 
 from runner import distributed
 from runner.context import cap_cpu_isa, setup
-from runner.errors import UserError, as_out_of_memory
+from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.interrupts import FinalPhaseInterrupted
 from runner.report.metrics import RunMetrics
 
 log = logging.getLogger("runner")
-SLOW_SETUP_S = 5.0  # a set-up step slower than this is reported
-LONG_RUN_STEPS = 1_000_000  # set-up that scales with the step count is announced beyond this
+LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
 
 
 @dataclass
@@ -86,6 +84,25 @@ def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
         return Plan(total, epochs, sink, -1)
     calls = math.ceil(total / sink_cfg.sink_size)
     return Plan(calls * sink_cfg.sink_size, calls, sink, sink_cfg.sink_size)
+
+
+def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
+    """optim.accumulate_steps, refused with data sink: the micro-batches of one update would run
+    inside a device loop whose per-step loss and overflow flags the runner never sees."""
+    n = cfg.optim.accumulate_steps
+    if n > 1 and sink:
+        raise ConfigError(
+            f"optim.accumulate_steps={n} cannot run with sink=on on this device (data sink runs the steps on "
+            "the device, out of the runner's accumulation window): use sink=off, or a larger batch_size."
+        )
+    if total_steps % n:
+        log.warning(
+            "optim.accumulate_steps=%d: the last %d of %d steps do not fill a window and update nothing",
+            n,
+            total_steps % n,
+            total_steps,
+        )
+    return n
 
 
 COMPLETE = ".runner.complete"  # written last: the run's outputs are all there
@@ -257,22 +274,17 @@ def build(cfg, env: Env) -> Parts:
     plan = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU")
     if plan.total_steps >= LONG_RUN_STEPS:
         log.info(
-            "%d epochs of %d steps: %d steps; building their learning-rate schedule",
+            "%d epochs of %d steps: %d steps",
             cfg.epochs,
             data.steps_per_epoch,
             plan.total_steps,
         )
-    started = time.perf_counter()
+    accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
-    if time.perf_counter() - started > SLOW_SETUP_S:
-        # The learning-rate schedule is computed per step for all total_steps: with epochs=100000 on tiny
-        # data that alone took minutes, silently.
-        log.warning(
-            "building the optimizer's learning-rate schedule for %d steps took %.0f s",
-            plan.total_steps,
-            time.perf_counter() - started,
-        )
-    trainer = build_trainer(net, cfg.amp, optimizer, env.mode, env.target, env.run_dir, cfg.diagnose.enabled)
+    update = {"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay}
+    trainer = build_trainer(
+        net, cfg.amp, optimizer, env.mode, env.target, env.run_dir, cfg.diagnose.enabled, update=update
+    )
     if trainer.used.amp_level_used != "O0" and env.target == "CPU":
         log.warning(
             "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
@@ -349,6 +361,8 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     record, failure = postmortem(
         p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
     )
+    if not failure and getattr(p.trainer.step_cell, "ema_decay", 0) > 0:
+        p.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
     val = p.trainer.evaluator.eval(p.data.val, dataset_sink_mode=False) if evaluate and not failure else {}
     compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
     return Outcome(val, p.checkpointer.losses(), compiles, record, failure)
@@ -383,6 +397,9 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         cpu_isa=env.isa,
         seed=cfg.seed,
         batch_size=cfg.batch_size,
+        effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
+        optimizer_updates=int(p.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
+        ema_decay=cfg.ema.decay or None,
         sink={
             "requested": cfg.sink.enabled,
             "effective": p.plan.sink,

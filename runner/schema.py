@@ -42,12 +42,19 @@ class LossScaleType(Choice):
 
 class OptimName(Choice):
     momentum = "momentum"
+    sgd = "sgd"
     adam = "adam"
+    adamw = "adamw"
+    lion = "lion"
 
 
 class Schedule(Choice):
     constant = "constant"
     cosine = "cosine"
+    step = "step"
+    multistep = "multistep"
+    exponential = "exponential"
+    onecycle = "onecycle"
 
 
 class Target(Choice):
@@ -99,12 +106,28 @@ class SinkConfig:
 @dataclass
 class OptimConfig:
     name: OptimName = MISSING
-    lr: float = 0.1
-    momentum: float = 0.9  # SGD momentum; Adam's beta1
-    weight_decay: float = 1e-4
+    lr: float = 0.1  # the peak rate; the schedule is a factor of it
+    momentum: float = 0.9  # SGD momentum; beta1 of adam, adamw, lion
+    beta2: float = 0.999  # adam, adamw, lion
+    eps: float = 1e-8  # adam, adamw
+    nesterov: bool = False  # momentum, sgd
+    weight_decay: float = 1e-4  # L2 (momentum, sgd, adam); decoupled (adamw, lion)
     schedule: Schedule = Schedule.cosine
-    warmup_epochs: float = 0.0
-    min_lr: float = 0.0
+    warmup_epochs: float = 0.0  # linear ramp to lr; the schedule starts when it ends (not onecycle)
+    min_lr: float = 0.0  # cosine, onecycle: the last step's rate
+    step_epochs: float = 30.0  # step: multiply by gamma every step_epochs epochs
+    gamma: float = 0.1  # step, multistep: factor per decay; exponential: factor per epoch
+    milestones: List[float] = field(default_factory=list)  # multistep: epochs (after warmup) at which to decay
+    pct_start: float = 0.3  # onecycle: share of the steps spent rising
+    div_factor: float = 25.0  # onecycle: the first rate is lr / div_factor
+    # The train step (runner/amp/train_step.py), for every optimizer:
+    clip_grad_norm: float = 0.0  # > 0: clip the unscaled gradients to this global L2 norm
+    accumulate_steps: int = 1  # micro-batches whose mean gradient makes one optimizer update
+
+
+@dataclass
+class EmaConfig:
+    decay: float = 0.0  # > 0: keep an exponential moving average of the weights; it is evaluated and saved
 
 
 @dataclass
@@ -165,6 +188,7 @@ class Config:
     model: ModelConfig = MISSING
     data: DataConfig = MISSING
     optim: OptimConfig = MISSING
+    ema: EmaConfig = field(default_factory=EmaConfig)
     device: DeviceConfig = MISSING
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
     seed: int = 0

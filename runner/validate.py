@@ -11,10 +11,10 @@ from datasets.settings import check_padding as check_padding_values
 from runner.context import check_cpu_isa
 from runner.errors import ConfigError
 from runner.preflight import target_allowed
-from runner.schema import Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
+from runner.schema import Config, DataConfig, LossScaleConfig, ModelConfig, OptimConfig, PaddingConfig
 
-# hydra.utils.instantiate may build only the project's own classes or MindSpore's.
-ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
+# hydra.utils.instantiate may build only the project's own classes, MindSpore's or MindCV's.
+ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.", "mindcv.")
 
 
 def check_target(path: str, target) -> None:
@@ -64,15 +64,43 @@ USES = {
         ("init", "factor", "window", "drop_overflow_update"),
         {"none": set(), "fixed": {"init", "drop_overflow_update"}, "dynamic": {"init", "factor", "window"}},
     ),
-    "optim": ("optim.schedule", ("min_lr",), {"constant": set(), "cosine": {"min_lr"}}),
+    "optim": (
+        "optim.schedule",
+        ("warmup_epochs", "min_lr", "step_epochs", "gamma", "milestones", "pct_start", "div_factor"),
+        {
+            "constant": {"warmup_epochs"},
+            "cosine": {"warmup_epochs", "min_lr"},
+            "step": {"warmup_epochs", "step_epochs", "gamma"},
+            "multistep": {"warmup_epochs", "milestones", "gamma"},
+            "exponential": {"warmup_epochs", "gamma"},
+            "onecycle": {"min_lr", "pct_start", "div_factor"},  # its rising phase is the warmup
+        },
+    ),
+    "optim.name": (
+        "optim.name",
+        ("nesterov", "beta2", "eps"),
+        {
+            "momentum": {"nesterov"},
+            "sgd": {"nesterov"},
+            "adam": {"beta2", "eps"},
+            "adamw": {"beta2", "eps"},
+            "lion": {"beta2"},
+        },
+    ),
+    "model": (
+        "model.style",
+        ("depth", "width", "stem", "arch", "checkpoint"),
+        {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
+    ),
 }
 
 
 def unused_fields(section: str, node, defaults, kind: str) -> list:
     """`section.field=value` for each field set away from its default that the choice `kind` ignores."""
-    _, fields, uses = USES[section]
+    key, fields, uses = USES[section]
+    prefix = key.rpartition(".")[0] or key  # "optim.name" chooses among fields of `optim`
     return [
-        f"{section}.{f}={_plain(getattr(node, f))}"
+        f"{prefix}.{f}={_plain(getattr(node, f))}"
         for f in fields
         if f not in uses[kind] and _plain(getattr(node, f)) != _plain(getattr(defaults, f))
     ]
@@ -123,6 +151,8 @@ def _problems(cfg):
         ("data", cfg.data, DataConfig(), cfg.data.name),
         ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
         ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
+        ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name),
+        ("model", cfg.model, ModelConfig(), cfg.model.style.value),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -139,8 +169,10 @@ def _problems(cfg):
         yield f"data.std must be positive, got {list(cfg.data.std)}"
     if cfg.optim.warmup_epochs < 0 or cfg.optim.warmup_epochs > cfg.epochs:
         yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
-    if cfg.optim.min_lr < 0 or cfg.optim.min_lr > cfg.optim.lr:
-        yield f"optim.min_lr must be between 0 and optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
+    if cfg.optim.min_lr < 0 or cfg.optim.min_lr >= cfg.optim.lr:
+        yield f"optim.min_lr must be at least 0 and below optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
+    yield from _optim_problems(cfg)
+    yield from _model_problems(cfg.model)
     if not 0 <= cfg.seed <= SEED_MAX:
         yield f"seed must be between 0 and 2**32 - 1 ({SEED_MAX}), got {cfg.seed}"
     cpus = os.cpu_count() or 1
@@ -179,6 +211,49 @@ def _non_finite(node, path=""):
 
 
 SEED_MAX = 2**32 - 1  # numpy's RandomState and MindSpore's set_seed take 0 .. 2**32 - 1
+
+
+def _model_problems(m):
+    if m.style == "mindcv":
+        if not m.arch:
+            yield "model=mindcv needs model.arch, a mindcv.list_models() name (e.g. model.arch=mobilenet_v3_small_100)"
+        if m.checkpoint and not os.path.isfile(m.checkpoint):
+            yield f"model.checkpoint={m.checkpoint}: no such file"
+    elif m.depth is None:
+        yield f"model.style={m.style.value} needs model.depth"
+
+
+def _optim_problems(cfg):
+    o = cfg.optim
+    kind = o.schedule
+    if not 0 <= o.momentum < 1:
+        yield f"optim.momentum must be in [0, 1), got {o.momentum}"
+    if not 0 < o.beta2 < 1:
+        yield f"optim.beta2 must be in (0, 1), got {o.beta2}"
+    if o.eps <= 0:
+        yield f"optim.eps must be positive, got {o.eps}"
+    if o.weight_decay < 0:
+        yield f"optim.weight_decay must be at least 0, got {o.weight_decay}"
+    if o.nesterov and o.momentum == 0:
+        yield "optim.nesterov=true needs optim.momentum above 0"
+    if kind in ("step", "multistep", "exponential") and not 0 < o.gamma <= 1:
+        yield f"optim.gamma must be in (0, 1], got {o.gamma}"
+    if kind == "step" and o.step_epochs <= 0:
+        yield f"optim.step_epochs must be positive, got {o.step_epochs}"
+    if kind == "multistep":
+        m = list(o.milestones)
+        if not m or m[0] <= 0 or any(a >= b for a, b in zip(m, m[1:])) or m[-1] > cfg.epochs:
+            yield f"optim.schedule=multistep needs optim.milestones: increasing epochs in (0, {cfg.epochs}], got {m}"
+    if kind == "onecycle" and not 0 < o.pct_start < 1:
+        yield f"optim.pct_start must be between 0 and 1, got {o.pct_start}"
+    if kind == "onecycle" and o.div_factor < 1:
+        yield f"optim.div_factor must be at least 1, got {o.div_factor}"
+    if o.clip_grad_norm < 0:
+        yield f"optim.clip_grad_norm must be positive (or 0: off), got {o.clip_grad_norm}"
+    if o.accumulate_steps < 1:
+        yield f"optim.accumulate_steps must be at least 1, got {o.accumulate_steps}"
+    if not 0 <= cfg.ema.decay < 1:
+        yield f"ema.decay must be in [0, 1) (0: off), got {cfg.ema.decay}"
 
 
 def validate(cfg) -> None:

@@ -82,20 +82,24 @@ def build_loss_net(net, level: str, keep: list, run_dir: str):
     return logits, nn.WithLossCell(logits, loss_fn())
 
 
-def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False) -> Trainer:
+def build_trainer(
+    net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False, update=None
+) -> Trainer:
     """Wrap net for AMP and loss scaling into train and eval Models.
 
     grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
     it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
-    returns only (loss, overflow, scale).
+    returns only (loss, overflow, scale). `update` (clip_norm, accumulate, ema_decay) adds clipping,
+    gradient accumulation and the weights' EMA to that step; any of them also selects it.
     """
+    update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
     level = resolve_level(amp_cfg.level, device_target)
     ls = amp_cfg.loss_scale
     scale_type = str(ls.type)
     if amp_cfg.level == "auto" and level == "O0":
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
     logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir)
-    native = device_target != "CPU" and mode != "jit" and not grad_stats
+    native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
     if native and scale_type == "dynamic":
         # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path
         # (on CPU they do not run: docs/mindspore-notes.md#cpu-loss-scale).
@@ -103,7 +107,17 @@ def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_di
         step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
     else:
         cls = JitScaledTrainStep if mode == "jit" else ScaledTrainStep
-        step = cls(loss_net, optimizer, scale_type, ls.init, ls.factor, ls.window, ls.drop_overflow_update, grad_stats)
+        step = cls(
+            loss_net,
+            optimizer,
+            scale_type,
+            ls.init,
+            ls.factor,
+            ls.window,
+            ls.drop_overflow_update,
+            grad_stats,
+            **update,
+        )
     evaluator = Model(logits, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
     used = AmpUsed(
         amp_level_used=level,

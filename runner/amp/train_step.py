@@ -1,7 +1,7 @@
 """Train-step cells: loss scaling with overflow skip that also runs on CPU, and a jit-compiled variant."""
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.amp import all_finite
 from mindspore.context import ParallelMode
@@ -34,6 +34,10 @@ class ScaledTrainStep(nn.Cell):
     MindSpore's Model refuses DynamicLossScaleManager on CPU and TrainOneStepWithLossScaleCell
     needs NPUGetFloatStatusV2, which the CPU lacks (docs/mindspore-notes.md#cpu-loss-scale). This cell checks the
     unscaled gradients with all_finite instead, which every backend has.
+
+    clip_norm > 0 clips the unscaled gradients to that global norm, accumulate > 1 updates once per
+    that many calls with the mean of their gradients, ema_decay > 0 keeps an average of the weights
+    (`use_ema()` puts it into the network); see _init_update.
     """
 
     def __init__(
@@ -46,6 +50,9 @@ class ScaledTrainStep(nn.Cell):
         window: int,
         drop: bool,
         grad_stats=False,
+        clip_norm: float = 0.0,
+        accumulate: int = 1,
+        ema_decay: float = 0.0,
     ):
         super().__init__(auto_prefix=False)
         self.loss_net = loss_net
@@ -68,6 +75,7 @@ class ScaledTrainStep(nn.Cell):
         if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
             self.grad_reducer = nn.DistributedGradReducer(self.weights, _get_gradients_mean(), _get_device_num())
         self.grad_stats = grad_stats
+        self._init_update(clip_norm, accumulate, ema_decay)
 
     def construct(self, *inputs):
         return self.step(*inputs)
@@ -79,11 +87,13 @@ class ScaledTrainStep(nn.Cell):
         sens = ops.fill(loss.dtype, loss.shape, 1.0) * ops.cast(used, loss.dtype)
         grads = self.grad(self.loss_net, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
+        if self.accumulate > 1:
+            return self._accumulate(loss, used, grads)
         if not self.scaled and not self.grad_stats:
             # No loss scale: nothing to unscale and no update to skip, so no per-gradient check either
             # (one small kernel per parameter, ~8% of a small network's CPU step); the NaN guard
             # still sees a non-finite loss through the overflow flag.
-            loss = ops.depend(loss, self.optimizer(grads))
+            loss = ops.depend(loss, self._update(grads))
             return loss, ops.logical_not(ops.isfinite(loss)), used
         if self.scaled:
             grads = self.hyper_map(ops.partial(_unscale, 1.0 / used), grads)
@@ -95,9 +105,9 @@ class ScaledTrainStep(nn.Cell):
             loss = ops.depend(loss, self._update_scale(finite))
         if self.drop:
             if finite:
-                loss = ops.depend(loss, self.optimizer(grads))
+                loss = ops.depend(loss, self._update(grads))
         else:
-            loss = ops.depend(loss, self.optimizer(grads))
+            loss = ops.depend(loss, self._update(grads))
         if self.grad_stats:
             return loss, overflow, used, ops.stack(self.hyper_map(_grad_stat, grads))
         return loss, overflow, used
@@ -112,6 +122,75 @@ class ScaledTrainStep(nn.Cell):
         new_scale = ops.select(finite, grown, shrunk)
         ops.assign(self.good_steps, ops.select(grow, zero, good))
         return ops.assign(self.scale, new_scale)
+
+    # Clipping, gradient accumulation and the weights' EMA (optim.clip_grad_norm, optim.accumulate_steps,
+    # ema.decay): in this cell rather than MindSpore's wrappers, so they compose with every loss scale
+    # and run on CPU.
+    def _init_update(self, clip_norm, accumulate, ema_decay):
+        self.clip_norm = float(clip_norm)
+        self.accumulate = int(accumulate)
+        if self.accumulate > 1:
+            # The running sum of the scaled gradients and the micro-batch count, both part of the
+            # checkpointed state so a resume mid-window continues the same sum.
+            self.accum = self.weights.clone(prefix="accum", init="zeros")
+            self.micro = Parameter(Tensor(0, mstype.int32), name="accumulate_micro_step", requires_grad=False)
+        self.ema_decay = float(ema_decay)
+        if self.ema_decay > 0:
+            # Every parameter of the network (BatchNorm statistics too), so the averaged model evaluates
+            # with statistics that match its weights.
+            self.ema_source = ParameterTuple(self.loss_net.get_parameters())
+            self.ema = self.ema_source.clone(prefix="ema", init="same")
+
+    def _update(self, grads):
+        """Clip (global norm of the unscaled gradients), step the optimizer, then move the EMA."""
+        if self.clip_norm > 0:
+            grads = ops.clip_by_global_norm(grads, self.clip_norm)
+        done = self.optimizer(grads)
+        if self.ema_decay > 0:
+            done = ops.depend(self.hyper_map(ops.partial(_ema, self.ema_decay), self.ema, self.ema_source), done)
+        return done
+
+    def _accumulate(self, loss, used, grads):
+        """Add this micro-batch's gradients; every `accumulate`-th call, update with their mean.
+
+        The overflow flag reports whether the sum so far is non-finite (the NaN guard counts
+        micro-batches); the skip counter, the loss scale and the update act once per window.
+        """
+        summed = self.hyper_map(ops.add, self.accum, grads)
+        micro = self.micro + 1
+        boundary = micro >= self.accumulate
+        mean = self.hyper_map(ops.partial(_unscale, 1.0 / (used * self.accumulate)), summed)
+        finite = all_finite(mean)
+        overflow = ops.logical_not(finite)
+        one = ops.ones_like(self.skipped)
+        skip = ops.logical_and(boundary, overflow)
+        loss = ops.depend(loss, ops.assign_add(self.skipped, ops.select(skip, one, one - one)))
+        loss = ops.depend(loss, ops.assign(self.micro, ops.select(boundary, ops.zeros_like(micro), micro)))
+        loss = ops.depend(loss, self.hyper_map(ops.partial(_reset_if, boundary), self.accum, summed))
+        if boundary:
+            if self.dynamic:
+                loss = ops.depend(loss, self._update_scale(finite))
+            if self.drop:
+                if finite:
+                    loss = ops.depend(loss, self._update(mean))
+            else:
+                loss = ops.depend(loss, self._update(mean))
+        if self.grad_stats:
+            return loss, overflow, used, ops.stack(self.hyper_map(_grad_stat, mean))
+        return loss, overflow, used
+
+    def use_ema(self):
+        """Copy the EMA into the network's parameters (after training: what is evaluated and saved)."""
+        for p, e in zip(self.ema_source, self.ema):
+            p.set_data(e.data.copy())
+
+
+def _ema(decay, avg, value):
+    return ops.assign(avg, avg * decay + ops.cast(value, avg.dtype) * (1.0 - decay))
+
+
+def _reset_if(boundary, acc, summed):
+    return ops.assign(acc, ops.select(boundary, ops.zeros_like(summed), summed))
 
 
 def _unscale(inv, grad):

@@ -52,6 +52,9 @@ class RunMetrics:
     cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
     seed: int = 0
     batch_size: int = 0  # global batch
+    effective_batch_size: int = 0  # samples per optimizer update: batch_size x optim.accumulate_steps
+    optimizer_updates: int = 0  # optimizer steps taken, across resumes (its global_step at the end)
+    ema_decay: Optional[float] = None  # ema.decay when the evaluated and saved weights are the EMA; None: off
     sink: dict = field(default_factory=dict)  # requested, effective, sink_size_requested, sink_size (effective)
     distributed: dict = field(default_factory=dict)  # workers, per_rank_batch
     train_samples: int = 0
