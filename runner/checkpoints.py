@@ -36,10 +36,9 @@ STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named 
 class Checkpointer(Callback):
     """Saves the train cell every `every_epochs` epochs and at the step end after SIGINT/SIGTERM."""
 
-    def __init__(
-        self, cfg, ckpt_dir: str, steps_per_epoch: int, start: dict, epoch_loss, run_losses, writer: bool = True
-    ):
-        """epoch_loss() is the current epoch's mean training loss, run_losses() this process's loss per step."""
+    def __init__(self, cfg, ckpt_dir: str, steps_per_epoch: int, start: dict, score, run_losses, writer: bool = True):
+        """score: the monitored value of the epoch that ended (runner.validation.Score: name, value(), better());
+        run_losses(): this process's loss per step."""
         super().__init__()
         self.cfg = cfg
         self.dir = ckpt_dir
@@ -47,8 +46,8 @@ class Checkpointer(Callback):
         self.start_step = start.get("global_step", 0)
         self.prior_losses = list(start.get("losses", []))
         self.kept = list(start.get("kept", []))
-        self.best = start.get("best")
-        self.epoch_loss = epoch_loss
+        self.score = score
+        self.best = _same_monitor(start.get("best"), score.name)
         self.run_losses = run_losses
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
         self.signum = None
@@ -73,15 +72,20 @@ class Checkpointer(Callback):
     def on_train_step_end(self, run_context):
         if self.signum is not None:
             cb = run_context.original_args()
-            path = self.save(cb, best_loss=None)
+            path = self.save(cb, value=None)
             log.warning("signal %d: saved %s at step %d; stopping", self.signum, path, self.global_step(cb))
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        if self.signum is not None or not self.cfg.every_epochs or cb.cur_epoch_num % self.cfg.every_epochs:
+        if self.signum is not None or not self.cfg.every_epochs:
             return
-        self.save(cb, best_loss=self.epoch_loss())
+        value = self.score.value()
+        # A new best is saved also between scheduled epochs, so that "best" is the best seen, not the
+        # best among the scheduled saves.
+        new_best = self.cfg.keep_best and self.score.better(value, self.best["value"] if self.best else None)
+        if new_best or cb.cur_epoch_num % self.cfg.every_epochs == 0:
+            self.save(cb, value)
 
     def global_step(self, cb) -> int:
         return self.start_step + cb.cur_step_num
@@ -90,8 +94,10 @@ class Checkpointer(Callback):
         """The loss curve of the whole run, across resumes."""
         return np.concatenate([np.asarray(self.prior_losses, np.float32), self.run_losses()])
 
-    def save(self, cb, best_loss) -> str:
-        """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best."""
+    def save(self, cb, value) -> str:
+        """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best.
+
+        value: the monitored value of this checkpoint's epoch (None: it cannot become the best)."""
         step = self.global_step(cb)
         name = f"step_{step:08d}.ckpt"
         path = os.path.join(self.dir, name)
@@ -101,8 +107,8 @@ class Checkpointer(Callback):
         save_checkpoint(cb.train_network, path, append_dict={STEP_KEY: step})
         if name not in self.kept:
             self.kept.append(name)
-        if best_loss is not None and self.cfg.keep_best and (self.best is None or best_loss < self.best["loss"]):
-            self.best = {"file": name, "loss": best_loss, "global_step": step}
+        if self.cfg.keep_best and self.score.better(value, self.best["value"] if self.best else None):
+            self.best = {"file": name, "monitor": self.score.name, "value": value, "global_step": step}
         best = self.best["file"] if self.best else None
         recent = [n for n in self.kept if n != best][-max(1, self.cfg.keep_last) :]
         dropped = [n for n in self.kept if n != best and n not in recent]
@@ -131,6 +137,27 @@ class Checkpointer(Callback):
         if self.signum is not None:
             log.warning("interrupted; resume with resume=true and hydra.run.dir=<this run directory>")
             raise SystemExit(128 + self.signum)
+
+
+def _same_monitor(best, monitor: str):
+    """A resumed run's best, unless it was chosen by another monitor (then the best starts afresh)."""
+    if not best:
+        return None
+    if "value" not in best:  # latest.json of a version that kept the lowest training loss only
+        best = {
+            "file": best["file"],
+            "monitor": "train_loss",
+            "value": best["loss"],
+            "global_step": best["global_step"],
+        }
+    if best["monitor"] != monitor:
+        log.info(
+            "checkpoint.monitor=%s: the resumed run's best was by %s; choosing the best afresh",
+            monitor,
+            best["monitor"],
+        )
+        return None
+    return best
 
 
 def find_resume(resume, run_dir: str) -> dict:

@@ -61,6 +61,8 @@ class Parts:
     logger: object
     start: dict  # the resume state ({} for a fresh run)
     initial_epoch: int  # Model.train's epoch to start from (resume)
+    watch: object  # runner.validation.Watch: validation, the best checkpoint's monitor, early stop
+    fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Outcome:
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
     failure: Optional[Exception]  # raised once the outputs are written
+    early_stop: Optional[dict] = None  # when and why early stopping ended the run (None: not configured)
 
 
 def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
@@ -119,11 +122,15 @@ def build(cfg, env: Env) -> Parts:
     from runner.report.loggers import build_logger
     from runner.report.monitor import RunMonitor
     from runner.report.shapes import InputShapes
+    from runner.validation import build_watch
 
     shard = (env.world, env.rank) if env.world > 1 else None
     data = build_data(cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard)
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
+    from runner.finetune import prepare
+
+    fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
     # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
     # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
     if cfg.sink.enabled and env.target == "CPU":
@@ -147,33 +154,60 @@ def build(cfg, env: Env) -> Parts:
     steps_per_call = plan.total_steps // plan.train_epochs
     initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
     ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    # skip() is read during training only, once checkpointer and guarding exist.
+    watch = build_watch(
+        cfg,
+        cfg.eval,
+        plan,
+        data.steps_per_epoch,
+        start.get("global_step", 0),
+        monitor.epoch_mean_loss,
+        logger,
+        skip=lambda: checkpointer.signum is not None or guarding.guard.tripped is not None,
+    )
     checkpointer = Checkpointer(
-        cfg.checkpoint, ckpt_dir, data.steps_per_epoch, start, monitor.epoch_mean_loss, monitor.losses, env.rank == 0
+        cfg.checkpoint, ckpt_dir, data.steps_per_epoch, start, watch.score, monitor.losses, env.rank == 0
     )
     guarding = build_guard(env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every)
     shapes = InputShapes(env.mode, data.padding["compile_budget"])
     return Parts(
-        data, net, make_net, trainer, plan, monitor, shapes, guarding, checkpointer, logger, start, initial_epoch
+        data,
+        net,
+        make_net,
+        trainer,
+        plan,
+        monitor,
+        shapes,
+        guarding,
+        checkpointer,
+        logger,
+        start,
+        initial_epoch,
+        watch,
+        fine_tune,
     )
 
 
 def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
-    """Model.train with the callbacks in their order, then the post-mortem or the evaluation."""
+    """Model.fit with the callbacks in their order, then the post-mortem or the evaluation."""
     from runner.amp.guard import postmortem
     from runner.report.shapes import compile_count
+    from runner.validation import finish
 
     used = p.trainer.used
     log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
-    # Order: time the step, record its shape, trace/guard its outputs, then checkpoint what passed.
-    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, p.checkpointer]
+    # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
+    # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
+    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, *p.watch.callbacks(p.checkpointer)]
     try:
-        p.trainer.model.train(
+        p.trainer.model.fit(
             p.plan.train_epochs,
             p.data.train,
-            callbacks,
+            callbacks=callbacks,
             dataset_sink_mode=p.plan.sink,
             sink_size=p.plan.sink_size,
             initial_epoch=p.initial_epoch,
+            **p.watch.fit_args(p.data.val),
         )
     except (RuntimeError, MemoryError) as e:
         oom = as_out_of_memory(e, env.batch)
@@ -188,21 +222,26 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     record, failure = postmortem(
         p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
     )
-    val = p.trainer.evaluator.eval(p.data.val, dataset_sink_mode=False) if evaluate and not failure else {}
+    val, stopped = finish(p.watch, p.trainer, p.data.val, p.checkpointer, evaluate) if not failure else ({}, None)
     compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
-    return Outcome(val, p.checkpointer.losses(), compiles, record, failure)
+    return Outcome(val, p.checkpointer.losses(), compiles, record, failure, stopped)
 
 
 def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
+    from runner.validation import best_record
 
     return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
         val_loss=float(o.val["loss"]) if o.val else None,
         final_loss=float(o.losses[-1]),
         loss_curve=o.losses.tolist(),
+        val_curve=p.watch.curve(),
+        best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
+        early_stop=o.early_stop,
+        fine_tune=p.fine_tune,
         **p.monitor.timing(),
         compile_count=o.compiles,
         **p.shapes.metrics(o.compiles),
