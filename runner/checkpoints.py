@@ -34,7 +34,8 @@ STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named 
 
 
 class Checkpointer(Callback):
-    """Saves the train cell every `every_epochs` epochs and at the step end after SIGINT/SIGTERM."""
+    """Saves the train cell every `every_epochs` epochs, at an epoch that beats the best by `checkpoint.monitor`,
+    and at the step end after SIGINT/SIGTERM."""
 
     def __init__(self, cfg, ckpt_dir: str, steps_per_epoch: int, start: dict, score, run_losses, writer: bool = True):
         """score: the monitored value of the epoch that ended (runner.validation.Score: name, value(), better());
