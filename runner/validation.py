@@ -13,6 +13,7 @@ on CPU here, docs/mindspore-notes.md#fit-validation):
   so the curve takes the `loss` metric (nn.Loss, the mean over the set) instead.
 """
 
+import json
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ from mindspore.train import Callback, EarlyStopping
 
 log = logging.getLogger("runner")
 
+CURVE = "val_curve.json"  # in checkpoints/, beside latest.json
 MODES = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
 
 
@@ -76,17 +78,22 @@ class Validation(Callback):
     """Records the validation Model.fit ran after this epoch; logs it and gives it to the logger.
 
     Runs before the checkpointer and the early stop in the callback list, which read `current`.
+    The curve is also kept in checkpoints/val_curve.json, so that a resumed run continues it (the
+    points up to the step it resumes from).
     skip() is true once training was stopped mid-epoch (a signal, the NaN guard): fit would still
     validate that epoch, so the first validation batch stops it there and nothing is recorded.
     """
 
-    def __init__(self, steps_per_epoch: int, start_step: int, logger, skip: Callable[[], bool]):
+    def __init__(self, steps_per_epoch: int, start: dict, ckpt_dir: Optional[str], logger, skip: Callable[[], bool]):
+        """start: the resume state ({} for a fresh run); ckpt_dir: where to keep the curve (None: not here)."""
         super().__init__()
         self.steps_per_epoch = steps_per_epoch
+        start_step = start.get("global_step", 0)
         self.start_step = start_step  # a resumed run's cur_step_num counts from 0 again
         self.logger = logger
         self.skip = skip
-        self.curve = []  # {"epoch", "step", "accuracy", "loss"} per validation
+        self.path = os.path.join(ckpt_dir, CURVE) if ckpt_dir else None
+        self.curve = _prior_curve(start)  # {"epoch", "step", "accuracy", "loss"} per validation
         self.current = None  # this epoch's point, or None
         self.step = start_step  # the global step of the weights as they are now
 
@@ -114,6 +121,11 @@ class Validation(Callback):
         }
         self.current = point
         self.curve.append(point)
+        if self.path:
+            from runner.files import write_json
+
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            write_json(self.path, self.curve)
         log.info("epoch %g validation: accuracy %.4f loss %.4f", point["epoch"], point["accuracy"], point["loss"])
         if self.logger is not None:
             self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
@@ -125,10 +137,23 @@ class Validation(Callback):
         return {}
 
 
+def _prior_curve(start: dict) -> list:
+    """The validations before the step a run resumes from, from the checkpoint's own directory."""
+    if not start:
+        return []
+    path = os.path.join(os.path.dirname(start["path"]), CURVE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [p for p in json.load(f) if p["step"] <= start["global_step"]]
+
+
 class EarlyStop(EarlyStopping):
     """MindSpore's EarlyStopping on the runner's Score; remembers when and why it stopped.
 
-    patience counts checks: validations for val_accuracy/val_loss, epochs for train_loss.
+    patience counts checks: validations for val_accuracy/val_loss, epochs for train_loss. Under data
+    parallel EarlyStopping compares the ranks' mean (its all-reduce), so every rank stops at the same
+    epoch; the checkpointer's best is rank 0's own value.
     """
 
     def __init__(self, score: Score, patience: int, min_delta: float, steps_per_epoch: int, start_step: int):
@@ -183,10 +208,13 @@ class Watch:
         return list(self.validation.curve) if self.validation else []
 
 
-def build_watch(cfg, evaluate: bool, plan, steps_per_epoch: int, start_step: int, epoch_loss, logger, skip) -> Watch:
+def build_watch(
+    cfg, evaluate: bool, plan, steps_per_epoch: int, start: dict, ckpt_dir, epoch_loss, logger, skip
+) -> Watch:
     """The Validation callback, the Score the checkpointer keeps the best by, and the EarlyStop (or None).
 
-    cfg: the whole config (validation, checkpoint.monitor, early_stop, epochs); epoch_loss(): the
+    cfg: the whole config (validation, checkpoint.monitor, early_stop, epochs); start: the resume state;
+    ckpt_dir: where this process keeps the curve (None on ranks that write nothing); epoch_loss(): the
     current epoch's mean training loss; skip(): whether training was stopped mid-epoch.
     """
     every = cfg.validation.every_epochs
@@ -194,7 +222,8 @@ def build_watch(cfg, evaluate: bool, plan, steps_per_epoch: int, start_step: int
     valid_epochs = (
         validation_epochs(every, cfg.epochs, steps_per_epoch, steps_per_call, plan.train_epochs) if evaluate else []
     )
-    validation = Validation(steps_per_epoch, start_step, logger, skip) if evaluate else None
+    start_step = start.get("global_step", 0)
+    validation = Validation(steps_per_epoch, start, ckpt_dir, logger, skip) if evaluate else None
 
     def reader(name):
         if name == "train_loss":

@@ -29,6 +29,13 @@ def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     logged = [(int(r["step"]), float(r["val/accuracy"])) for r in rows if r.get("val/accuracy")]
     assert logged[:2] == [(p["step"], p["accuracy"]) for p in m["val_curve"]]
+    # Resumed from epoch 2 into a new directory: the curve continues, with the same numbers.
+    resumed = tmp_path / "resumed"
+    run_cli(
+        resumed, *TINY, "epochs=3", "validation.every_epochs=2", f"resume={tmp_path}/checkpoints/step_00000088.ckpt"
+    )
+    r = metrics(resumed)
+    assert r["val_curve"] == m["val_curve"]
 
 
 def _expected_stop(values, patience, min_delta, higher_better=True):
