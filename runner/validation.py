@@ -223,7 +223,9 @@ def build_watch(
         validation_epochs(every, cfg.epochs, steps_per_epoch, steps_per_call, plan.train_epochs) if evaluate else []
     )
     start_step = start.get("global_step", 0)
-    validation = Validation(steps_per_epoch, start, ckpt_dir, logger, skip) if evaluate else None
+    # The curve file matters only to a resume: none without checkpoints or with a single final validation.
+    keep = ckpt_dir if every > 0 and cfg.checkpoint.every_epochs > 0 else None
+    validation = Validation(steps_per_epoch, start, keep, logger, skip) if evaluate else None
 
     def reader(name):
         if name == "train_loss":
