@@ -7,11 +7,11 @@ the oneDNN environment first (docs/mindspore-notes.md#cpu-isa).
 from datasets.errors import DataConfigError, DataError
 from datasets.settings import DataConfig, PaddingConfig
 
-__all__ = ["build_data", "Data", "DataConfig", "PaddingConfig", "DataError", "DataConfigError"]
+__all__ = ["build_data", "build_inputs", "Data", "DataConfig", "PaddingConfig", "DataError", "DataConfigError"]
 
 
 def __getattr__(name):
-    if name in ("build_data", "Data"):
+    if name in ("build_data", "build_inputs", "Data"):
         from datasets import pipeline
 
         return getattr(pipeline, name)

@@ -2,9 +2,11 @@
 
 import logging
 from dataclasses import dataclass
+from typing import Optional
 
 import mindspore.dataset as ds
 import mindspore.dataset.vision as V
+import numpy as np
 
 from datasets import padding as P
 from datasets.errors import DataConfigError, DataError
@@ -27,6 +29,7 @@ class Data:
     steps_per_epoch: int
     padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
     skipped_samples: list  # files that could not be decoded, left out under data.on_bad_sample=skip
+    class_names: Optional[list] = None  # per label: an image folder's class folders, CIFAR-10's names
 
 
 def _sample_ops(cfg, padding, channels_on_disk, sizes):
@@ -46,6 +49,14 @@ def _batch_ops(cfg):
     if cfg.input_scale != 1.0:  # data.input_scale: a reproducible FP16 overflow for AMP tests, off by default
         ops.append(V.Rescale(cfg.input_scale, 0.0))
     return ops
+
+
+def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, train: bool):
+    """Samples of (HWC uint8 image, label) -> normalized CHW float batches, shaped as `padding` says."""
+    workers = cfg.num_parallel_workers
+    d = d.map(_sample_ops(cfg, padding, channels_on_disk, sizes), "image", num_parallel_workers=workers)
+    d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
+    return d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
 
 
 def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
@@ -69,12 +80,9 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
         log.warning(
             "data.on_bad_sample=skip: %d unreadable image(s) left out, e.g. %s", len(src.skipped), src.skipped[0]
         )
-    workers = cfg.num_parallel_workers
 
     def pipeline(d, sizes, train):
-        d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes), "image", num_parallel_workers=workers)
-        d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
-        return d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+        return _pipeline(d, cfg, padding, src.channels_on_disk, sizes, batch_size, train)
 
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
     train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
@@ -102,4 +110,30 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
         steps,
         P.report(padding, src.train_sizes, batch_size),
         src.skipped,
+        src.class_names,
     )
+
+
+class _Files:
+    """Random-access source of (encoded file bytes, index) for GeneratorDataset."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return np.fromfile(self.paths[i], dtype=np.uint8), np.int32(i)
+
+
+def build_inputs(cfg, padding, paths, sizes, batch_size: int) -> ds.Dataset:
+    """Batches of (image, index into paths) from image files, preprocessed as build_data's validation set.
+
+    The files are decoded by MindSpore's Decode (as data=imagefolder decodes them: always 3 channels,
+    converted to data.channels) and go through the same per-sample, padding and normalization ops.
+    sizes: each file's (height, width), which bucket and none padding group by.
+    """
+    d = ds.GeneratorDataset(_Files(paths), ["image", "label"], shuffle=False, python_multiprocessing=False)
+    d = d.map(V.Decode(), "image")
+    return _pipeline(d, cfg, padding, 3, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), batch_size, False)
