@@ -1,5 +1,6 @@
 """build_model: the network the `model` settings name, sized for the data."""
 
+from models.conv import PATHS
 from models.errors import ModelError
 from models.resnet import resnet
 
@@ -12,6 +13,9 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
             f"{cfg.num_classes}: labels outside the model's classes. "
             "Set model.num_classes=null to take it from the data."
         )
+    conv = getattr(cfg.conv, "value", cfg.conv)
+    if conv not in PATHS:
+        raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
     try:
         return resnet(
             style=cfg.style,
@@ -20,6 +24,7 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
             num_classes=cfg.num_classes or num_classes,
             in_channels=in_channels,
             image_size=image_size,
+            conv=conv,
         )
     except ValueError as e:
         raise ModelError(f"model.depth: {e}.") from None

@@ -2,23 +2,26 @@
 
 from mindspore import nn, ops
 
+from models.conv import conv, conv_output_size
+
 CIFAR_DEPTHS = {8: 1, 20: 3, 56: 9}  # depth -> basic blocks per stage (depth = 6n + 2)
 IMAGENET_DEPTHS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}
 
 
-def conv3x3(cin, cout, stride=1):
-    return nn.Conv2d(cin, cout, 3, stride=stride, pad_mode="pad", padding=1, has_bias=False)
+# `size` is the side of the layer's (square) input, `path` the convolution algorithm (models/conv.py).
+def conv3x3(cin, cout, stride=1, size=None, path="native"):
+    return conv(cin, cout, 3, stride, 1, size, path)
 
 
-def conv1x1(cin, cout, stride=1):
-    return nn.Conv2d(cin, cout, 1, stride=stride, has_bias=False)
+def conv1x1(cin, cout, stride=1, size=None, path="native"):
+    return conv(cin, cout, 1, stride, 0, size, path)
 
 
-def shortcut(cin, cout, stride):
+def shortcut(cin, cout, stride, size, path):
     """None (identity) when shapes match, else the 1x1 projection with BatchNorm."""
     if stride == 1 and cin == cout:
         return None
-    return nn.SequentialCell([conv1x1(cin, cout, stride), nn.BatchNorm2d(cout)])
+    return nn.SequentialCell([conv1x1(cin, cout, stride, size, path), nn.BatchNorm2d(cout)])
 
 
 class BasicBlock(nn.Cell):
@@ -26,15 +29,16 @@ class BasicBlock(nn.Cell):
 
     expansion = 1
 
-    def __init__(self, cin, width, stride=1):
+    def __init__(self, cin, width, stride=1, size=None, path="native"):
         super().__init__()
         cout = width * self.expansion
-        self.conv1 = conv3x3(cin, width, stride)
+        out = conv_output_size(size, 3, stride, 1) if size else None
+        self.conv1 = conv3x3(cin, width, stride, size, path)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = conv3x3(width, cout)
+        self.conv2 = conv3x3(width, cout, 1, out, path)
         self.bn2 = nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
-        self.down = shortcut(cin, cout, stride)
+        self.down = shortcut(cin, cout, stride, size, path)
 
     def construct(self, x):
         identity = x if self.down is None else self.down(x)
@@ -48,17 +52,18 @@ class Bottleneck(nn.Cell):
 
     expansion = 4
 
-    def __init__(self, cin, width, stride=1):
+    def __init__(self, cin, width, stride=1, size=None, path="native"):
         super().__init__()
         cout = width * self.expansion
-        self.conv1 = conv1x1(cin, width)
+        out = conv_output_size(size, 3, stride, 1) if size else None
+        self.conv1 = conv1x1(cin, width, 1, size, path)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = conv3x3(width, width, stride)
+        self.conv2 = conv3x3(width, width, stride, size, path)
         self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = conv1x1(width, cout)
+        self.conv3 = conv1x1(width, cout, 1, out, path)
         self.bn3 = nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
-        self.down = shortcut(cin, cout, stride)
+        self.down = shortcut(cin, cout, stride, size, path)
 
     def construct(self, x):
         identity = x if self.down is None else self.down(x)
@@ -71,25 +76,30 @@ class Bottleneck(nn.Cell):
 class ResNet(nn.Cell):
     """stem -> layer1..layerN -> global average pool -> head (dense to num_classes)."""
 
-    def __init__(self, block, blocks_per_stage, width, num_classes, in_channels, large_stem):
+    def __init__(self, block, blocks_per_stage, width, num_classes, in_channels, large_stem, size, conv_path):
         super().__init__()
         if large_stem:  # ImageNet stem: 7x7/2 conv and 3x3/2 max pool, for inputs of 64 px and up
             self.stem = nn.SequentialCell(
                 [
-                    nn.Conv2d(in_channels, width, 7, stride=2, pad_mode="pad", padding=3, has_bias=False),
+                    conv(in_channels, width, 7, 2, 3, size, conv_path),
                     nn.BatchNorm2d(width),
                     nn.ReLU(),
                     nn.MaxPool2d(3, stride=2, pad_mode="same"),
                 ]
             )
+            size = -(-conv_output_size(size, 7, 2, 3) // 2)  # pad_mode="same" pool: ceil(size / 2)
         else:
-            self.stem = nn.SequentialCell([conv3x3(in_channels, width), nn.BatchNorm2d(width), nn.ReLU()])
+            self.stem = nn.SequentialCell(
+                [conv3x3(in_channels, width, 1, size, conv_path), nn.BatchNorm2d(width), nn.ReLU()]
+            )
         cin, stages = width, []
         for i, n in enumerate(blocks_per_stage):
             w = width * 2**i
             layers = []
             for j in range(n):
-                layers.append(block(cin, w, stride=2 if (i > 0 and j == 0) else 1))
+                stride = 2 if (i > 0 and j == 0) else 1
+                layers.append(block(cin, w, stride, size, conv_path))
+                size = conv_output_size(size, 3, stride, 1)
                 cin = w * block.expansion
             stages.append(nn.SequentialCell(layers))
         # Named attributes (layer1, layer2, ...) give cells the names users pass to amp.keep_fp32.
@@ -107,15 +117,32 @@ class ResNet(nn.Cell):
         return self.head(self.mean(x, (2, 3)))
 
 
-def resnet(style: str, depth: int, width: int, num_classes: int, in_channels: int, image_size: int) -> ResNet:
-    """Build a ResNet of the given style and depth; unknown depths raise ValueError."""
+def resnet(
+    style: str, depth: int, width: int, num_classes: int, in_channels: int, image_size: int, conv: str = "native"
+) -> ResNet:
+    """Build a ResNet of the given style and depth; unknown depths raise ValueError.
+
+    `conv` is the convolution algorithm: "native", "gemm" or "auto" (per layer shape, models/conv.py);
+    the parameters are the same under every choice.
+    """
     if style == "cifar":
         if depth not in CIFAR_DEPTHS:
             raise ValueError(f"CIFAR-style ResNet depth must be one of {sorted(CIFAR_DEPTHS)}, got {depth}")
-        return ResNet(BasicBlock, [CIFAR_DEPTHS[depth]] * 3, width, num_classes, in_channels, large_stem=False)
+        return ResNet(
+            BasicBlock,
+            [CIFAR_DEPTHS[depth]] * 3,
+            width,
+            num_classes,
+            in_channels,
+            large_stem=False,
+            size=image_size,
+            conv_path=conv,
+        )
     if depth not in IMAGENET_DEPTHS:
         raise ValueError(f"ImageNet-style ResNet depth must be one of {sorted(IMAGENET_DEPTHS)}, got {depth}")
     kind, blocks = IMAGENET_DEPTHS[depth]
     block = BasicBlock if kind == "basic" else Bottleneck
     # Small inputs (CIFAR-size) keep full resolution in the stem, as the usual CIFAR adaptations do.
-    return ResNet(block, blocks, width, num_classes, in_channels, large_stem=image_size >= 64)
+    return ResNet(
+        block, blocks, width, num_classes, in_channels, large_stem=image_size >= 64, size=image_size, conv_path=conv
+    )

@@ -1,8 +1,11 @@
 """Training FLOPs counted from the network's own layers, and a large-matmul peak to compare them with."""
 
+import logging
 import time
 
 import numpy as np
+
+log = logging.getLogger("runner")
 
 # Backward costs about twice the forward (gradients with respect to inputs and to weights).
 TRAIN_FLOPS_PER_FORWARD = 3
@@ -19,12 +22,18 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     from mindspore import Tensor, nn
 
     counts = {"conv": 0, "dense": 0}
+    paths = {}  # convolution algorithm (models/conv.py) -> layers and forward FLOPs it ran
 
     def conv_hook(cell, inputs, output):
         _, cout, hout, wout = output.shape
         cin = inputs[0].shape[1] // cell.group
         kh, kw = cell.kernel_size
-        counts["conv"] += 2 * cout * hout * wout * cin * kh * kw
+        flops = 2 * cout * hout * wout * cin * kh * kw
+        counts["conv"] += flops
+        path = conv_path(cell, inputs[0].shape)
+        entry = paths.setdefault(path, {"layers": 0, "forward_flops_per_sample": 0})
+        entry["layers"] += 1
+        entry["forward_flops_per_sample"] += flops
 
     def dense_hook(cell, inputs, output):
         counts["dense"] += 2 * cell.in_channels * cell.out_channels
@@ -45,7 +54,24 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
             h.remove()
         net.set_train(training)
         ms.set_context(mode=mode)
-    return {"conv": counts["conv"], "dense": counts["dense"], "total": counts["conv"] + counts["dense"]}
+    return {
+        "conv": counts["conv"],
+        "dense": counts["dense"],
+        "total": counts["conv"] + counts["dense"],
+        "conv_paths": dict(sorted(paths.items())),
+    }
+
+
+def conv_path(cell, input_shape) -> str:
+    """The algorithm a convolution cell runs on this input: "native" or "gemm" (models/conv.py).
+
+    A gemm cell built for another input size compiles to the native convolution, so it counts as such.
+    """
+    if getattr(cell, "path", "native") != "gemm":
+        return "native"
+    if getattr(cell, "select", None) is not None and tuple(input_shape[2:]) != (cell.size, cell.size):
+        return "native"
+    return "gemm"
 
 
 def matmul_peak_gflops(n: int = 2048, repeats: int = 3) -> float:
@@ -90,11 +116,21 @@ def measure(net, data, throughput: float, target: str):
     """(the `flops` block of metrics.json, peak device memory in MiB or None)."""
     fwd = forward_flops_per_sample(net, data.channels, data.height, data.width)
     train_per_sample = TRAIN_FLOPS_PER_FORWARD * fwd["total"]
+    if fwd["conv_paths"]:
+        log.info(
+            "convolutions: %s",
+            ", ".join(
+                f"{p} {e['layers']} layers ({e['forward_flops_per_sample'] / max(fwd['conv'], 1):.0%} of conv FLOPs)"
+                for p, e in fwd["conv_paths"].items()
+            ),
+        )
     achieved = train_per_sample * throughput / 1e9
     flops = {
         "forward_per_sample": fwd["total"],
         "forward_conv_per_sample": fwd["conv"],
         "forward_dense_per_sample": fwd["dense"],
+        # Which convolution algorithm ran (model.conv, models/conv.py): layers and forward FLOPs per path.
+        "conv_paths": fwd["conv_paths"],
         "train_per_sample": train_per_sample,
         "achieved_gflops_per_s": achieved,
         "matmul_peak_gflops_per_s": None,

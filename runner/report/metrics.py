@@ -40,7 +40,7 @@ class RunMetrics:
     # memory and FLOPs
     peak_host_memory_mb: float = 0.0  # peak RSS of the process, MiB
     peak_device_memory_mb: Optional[float] = None  # MiB; None where the device reports none (CPU)
-    flops: dict = field(default_factory=dict)  # per-sample FLOPs, achieved GFLOP/s, matmul peak, utilization
+    flops: dict = field(default_factory=dict)  # per-sample FLOPs, GFLOP/s, matmul peak, utilization, conv paths
     # precision
     amp_level_used: str = "O0"
     loss_scale_type_used: str = "none"

@@ -1,0 +1,164 @@
+"""model.conv: the im2col + MatMul convolution matches nn.Conv2d forward and backward, checkpoints
+move between choices, `auto` measures once and then reads its per-machine cache, and a run says
+which path its convolutions took."""
+
+import json
+
+import mindspore as ms
+import numpy as np
+import pytest
+from conftest import metrics, run_cli
+from mindspore import Tensor, nn, ops
+
+from models import conv as C
+from models.resnet import resnet
+
+pytestmark = pytest.mark.cpu_only  # the gemm path exists on CPU only; elsewhere every choice is native
+
+# (cin, cout, kernel, stride, padding, input side): every kind of convolution the ResNets build.
+SHAPES = [
+    (3, 4, 3, 1, 1, 6),
+    (4, 6, 3, 2, 1, 6),
+    (4, 6, 3, 2, 1, 5),  # odd side: the last window is cut by the padding
+    (4, 6, 1, 1, 0, 4),
+    (4, 6, 1, 2, 0, 6),
+    (3, 5, 7, 2, 3, 8),
+]
+
+
+@pytest.fixture
+def pynative():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
+@pytest.fixture
+def graph():
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    yield
+    ms.set_context(mode=mode)
+
+
+def fwd_bwd(cell, x, dy):
+    """Output, input gradient and weight gradient for the upstream gradient dy."""
+    grads = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)(cell, cell.trainable_params())
+    (dx,), (dw,) = grads(x, dy)
+    return cell(x).asnumpy(), dx.asnumpy(), dw.asnumpy()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "{}->{} k{} s{} p{} @{}".format(*s))
+def test_gemm_matches_nn_conv2d_forward_and_backward(pynative, shape):
+    cin, cout, k, s, p, size = shape
+    rng = np.random.default_rng(0)
+    ref = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
+    gemm = C.Conv2d(cin, cout, k, s, p, "gemm", size)
+    gemm.weight.set_data(ref.weight.data)
+    out = C.conv_output_size(size, k, s, p)
+    x = Tensor(rng.standard_normal((2, cin, size, size), dtype=np.float32))
+    dy = Tensor(rng.standard_normal((2, cout, out, out), dtype=np.float32))
+    for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(gemm, x, dy)):
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
+    rng = np.random.default_rng(1)
+    ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)
+    gemm = C.Conv2d(4, 6, 3, 1, 1, "gemm", 4)
+    gemm.weight.set_data(ref.weight.data)
+    for size in (4, 6):  # 6: built for 4, so this graph runs the native convolution instead
+        x = Tensor(rng.standard_normal((3, 4, size, size), dtype=np.float32))
+        dy = Tensor(rng.standard_normal((3, 6, size, size), dtype=np.float32))
+        for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(gemm, x, dy)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_runs_in_float16_as_amp_o2_casts_it(graph):
+    rng = np.random.default_rng(3)
+    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
+    gemm = C.Conv2d(4, 6, 3, 2, 1, "gemm", 6)
+    gemm.weight.set_data(ref.weight.data)
+    x = Tensor(rng.standard_normal((2, 4, 6, 6), dtype=np.float32))
+    want = ref(x).asnumpy()
+    got = gemm.to_float(ms.float16)(x.astype(ms.float16)).asnumpy()
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+
+
+def test_checkpoint_saved_under_one_choice_loads_under_another(pynative, tmp_path):
+    ms.set_seed(0)
+    build = dict(style="cifar", depth=8, width=4, num_classes=3, in_channels=1, image_size=8)
+    native, gemm = resnet(**build, conv="native"), resnet(**build, conv="gemm")
+    assert [p.name for p in native.get_parameters()] == [p.name for p in gemm.get_parameters()]
+    assert {c.path for _, c in gemm.cells_and_names() if isinstance(c, C.Conv2d)} == {"gemm"}
+    path = str(tmp_path / "native.ckpt")
+    ms.save_checkpoint(native, path)
+    not_loaded, _ = ms.load_param_into_net(gemm, ms.load_checkpoint(path), strict_load=True)
+    assert not_loaded == []
+    native.set_train(False)
+    gemm.set_train(False)
+    x = Tensor(np.random.default_rng(2).standard_normal((2, 1, 8, 8), dtype=np.float32))
+    np.testing.assert_allclose(gemm(x).asnumpy(), native(x).asnumpy(), rtol=1e-5, atol=1e-5)
+    # and back: the gemm model's checkpoint holds no extra entries (the im2col matrix is a constant)
+    ms.save_checkpoint(gemm, str(tmp_path / "gemm.ckpt"))
+    assert set(ms.load_checkpoint(str(tmp_path / "gemm.ckpt"))) == set(ms.load_checkpoint(path))
+
+
+def test_auto_times_once_then_reads_the_cache(pynative, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    shape = (4, 6, 3, 1, 1, 4)
+    chosen = C.choose_path("auto", *shape)
+    cache = json.loads(C.cache_path().read_text())
+    (entries,) = cache.values()  # one machine key
+    (entry,) = entries.values()
+    assert entry["path"] == chosen and set(entry["ms"]) == {"native", "gemm"}
+    # A recorded choice is used as is: flip it and the next build follows the file, without timing.
+    flipped = "native" if chosen == "gemm" else "gemm"
+    entry["path"] = flipped
+    C.cache_path().write_text(json.dumps(cache))
+    assert C.choose_path("auto", *shape) == flipped
+    # A corrupt file is measured again and rewritten whole.
+    C.cache_path().write_text("{not json")
+    assert C.choose_path("auto", *shape) in ("native", "gemm")
+    assert json.loads(C.cache_path().read_text())
+
+
+def test_explicit_choices_and_infeasible_shapes_do_not_time(pynative, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert C.choose_path("native", 4, 6, 3, 1, 1, 4) == "native"
+    assert C.choose_path("gemm", 4, 6, 3, 1, 1, 4) == "gemm"
+    # The 7x7 stem at 64 px would need an 800 MB im2col matrix: native under every choice.
+    assert C.choose_path("gemm", 3, 64, 7, 2, 3, 64) == "native"
+    assert C.choose_path("auto", 3, 64, 7, 2, 3, 64) == "native"
+    assert not C.cache_path().exists()
+    with pytest.raises(ValueError, match="model.conv must be one of"):
+        C.choose_path("fast", 4, 6, 3, 1, 1, 4)
+
+
+def test_the_default_run_says_which_path_each_convolution_took(tiny_run):
+    flops = metrics(tiny_run)["flops"]
+    paths = flops["conv_paths"]  # the default, model.conv=native, runs every convolution natively
+    assert set(paths) == {"native"} and paths["native"]["layers"] == 9
+    assert sum(e["forward_flops_per_sample"] for e in paths.values()) == flops["forward_conv_per_sample"]
+
+
+def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
+    bad = run_cli(tmp_path / "b", *tiny, "model.conv=fast", check=False)
+    assert bad.returncode != 0 and "fast" in bad.stderr + bad.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("choice", ["native", "gemm", "auto"])
+def test_each_choice_trains_and_says_which_path_ran(tmp_path, tiny, choice):
+    run_cli(tmp_path / choice, *tiny, f"model.conv={choice}", env={"XDG_CACHE_HOME": str(tmp_path)})
+    m = metrics(tmp_path / choice)
+    assert m["val_accuracy"] > 0.9  # native reaches 0.96 on this tiny run
+    paths = m["flops"]["conv_paths"]
+    # resnet8 at 8 px: stem, three blocks' two convs, two projections; all small enough for gemm
+    assert sum(e["layers"] for e in paths.values()) == 9
+    assert sum(e["forward_flops_per_sample"] for e in paths.values()) == m["flops"]["forward_conv_per_sample"]
+    if choice != "auto":
+        assert set(paths) == {choice}
