@@ -19,7 +19,6 @@ name, renames it into place, and records it in latest.json, also written by rena
 
 import json
 import logging
-import math
 import os
 import signal
 from typing import List, Optional
@@ -37,7 +36,8 @@ STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named 
 
 
 class Checkpointer(Callback):
-    """Saves the train cell every `every_epochs` epochs and at the step end after SIGINT/SIGTERM."""
+    """Saves the train cell every `every_epochs` epochs, at an epoch that beats the best by `checkpoint.monitor`,
+    and at the step end after SIGINT/SIGTERM."""
 
     def __init__(
         self,
@@ -45,13 +45,14 @@ class Checkpointer(Callback):
         ckpt_dir: str,
         steps_per_epoch: int,
         start: dict,
-        epoch_loss,
+        score,
         run_losses,
         writer: bool = True,
         series=None,
         vetoed=None,
     ):
-        """epoch_loss() is the current epoch's mean training loss, run_losses() this process's loss per step.
+        """score: the monitored value of the epoch that ended (runner.validation.Score: name, value(), better());
+        run_losses(): this process's loss per step.
 
         series() is the monitor's whole-run per-step record (saved so a resume continues the curves);
         vetoed() is true once the NaN guard stopped training: nothing after that is checkpointed.
@@ -63,8 +64,8 @@ class Checkpointer(Callback):
         self.start_step = start.get("global_step", 0)
         self.prior_losses = list(start.get("losses", []))
         self.kept = list(start.get("kept", []))
-        self.best = start.get("best")
-        self.epoch_loss = epoch_loss
+        self.score = score
+        self.best = _same_monitor(start.get("best"), score.name)
         self.run_losses = run_losses
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
         self.series = series
@@ -104,24 +105,29 @@ class Checkpointer(Callback):
         self.final_phase = True
         cb = run_context.original_args()
         if self.signum is not None and self.last_saved != self.global_step(cb) and not self.vetoed():
-            self.save(cb, best_loss=None)  # the signal came after the last step's end
+            self.save(cb, value=None)  # the signal came after the last step's end
 
     def on_train_step_end(self, run_context):
         if self.signum is not None:
             cb = run_context.original_args()
             if not self.vetoed():
-                path = self.save(cb, best_loss=None)
+                path = self.save(cb, value=None)
                 log.warning("signal %d: saved %s at step %d; stopping", self.signum, path, self.global_step(cb))
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        if self.signum is not None or not self.cfg.every_epochs or cb.cur_epoch_num % self.cfg.every_epochs:
+        if self.signum is not None or not self.cfg.every_epochs:
             return
         # Model.train calls epoch end after the guard's request_stop too: that state is the bad one.
         if self.vetoed():
             return
-        self.save(cb, best_loss=self.epoch_loss())
+        value = self.score.value()
+        # A new best is saved also between scheduled epochs, so that "best" is the best seen, not the
+        # best among the scheduled saves.
+        new_best = self.cfg.keep_best and self.score.better(value, self.best["value"] if self.best else None)
+        if new_best or cb.cur_epoch_num % self.cfg.every_epochs == 0:
+            self.save(cb, value)
 
     def global_step(self, cb) -> int:
         return self.start_step + cb.cur_step_num
@@ -130,11 +136,12 @@ class Checkpointer(Callback):
         """The loss curve of the whole run, across resumes."""
         return np.concatenate([np.asarray(self.prior_losses, np.float32), self.run_losses()])
 
-    def save(self, cb, best_loss) -> Optional[str]:
+    def save(self, cb, value) -> Optional[str]:
         """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best.
 
-        State holding any non-finite value (weights, BatchNorm statistics, optimizer moments) is
-        never written: the latest checkpoint stays the last finite one. Returns None then.
+        value: the monitored value of this checkpoint's epoch (None: it cannot become the best). State
+        holding any non-finite value (weights, BatchNorm statistics, optimizer moments) is never
+        written: the latest checkpoint stays the last finite one. Returns None then.
         """
         step = self.global_step(cb)
         name = f"step_{step:08d}.ckpt"
@@ -155,9 +162,8 @@ class Checkpointer(Callback):
         self.last_saved = step
         if name not in self.kept:
             self.kept.append(name)
-        finite_loss = best_loss is not None and math.isfinite(best_loss)
-        if finite_loss and self.cfg.keep_best and (self.best is None or best_loss < self.best["loss"]):
-            self.best = {"file": name, "loss": best_loss, "global_step": step}
+        if self.cfg.keep_best and self.score.better(value, self.best["value"] if self.best else None):
+            self.best = {"file": name, "monitor": self.score.name, "value": value, "global_step": step}
         best = self.best["file"] if self.best else None
         recent = [n for n in self.kept if n != best][-max(1, self.cfg.keep_last) :]
         dropped = [n for n in self.kept if n != best and n not in recent]
@@ -203,6 +209,27 @@ class Checkpointer(Callback):
                 "interrupted; resume with resume=true and hydra.run.dir=%s", os.path.dirname(os.path.abspath(self.dir))
             )
             raise SystemExit(128 + self.signum)
+
+
+def _same_monitor(best, monitor: str):
+    """A resumed run's best, unless it was chosen by another monitor (then the best starts afresh)."""
+    if not best:
+        return None
+    if "value" not in best:  # latest.json of a version that kept the lowest training loss only
+        best = {
+            "file": best["file"],
+            "monitor": "train_loss",
+            "value": best["loss"],
+            "global_step": best["global_step"],
+        }
+    if best["monitor"] != monitor:
+        log.info(
+            "checkpoint.monitor=%s: the resumed run's best was by %s; choosing the best afresh",
+            monitor,
+            best["monitor"],
+        )
+        return None
+    return best
 
 
 def find_resume(resume, run_dir: str) -> dict:

@@ -26,6 +26,8 @@ CHANGEABLE = (
     "logger",
     "checkpoint",
     "eval",
+    "validation",  # when to validate and when to stop: neither adds parameters or state
+    "early_stop",
     "save_checkpoint",
     "diagnose",
     "experiment_name",
@@ -38,7 +40,8 @@ CHANGEABLE = (
     "amp.keep_fp32",
 )
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
-IGNORED = ("resume", "dry_run", "hydra", "defaults")
+# init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
+IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
 RECORD = "resume.json"  # in the run directory: what the last resume changed
 STATE = "latest.json"  # in <run>/checkpoints: the latest resumable checkpoint (runner/checkpoints.py)
 
@@ -143,7 +146,8 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
             f"resume: this configuration differs from the one the run was trained with ({path}) in what "
             f"cannot change mid-run: {'; '.join(refused)}. Resume with the saved values (for example "
             f"--config-path {source_dir} --config-name config), or start a new run.{lr_hint} What may "
-            "change on resume: epochs, log_every, logger, checkpoint.*, eval, save_checkpoint, diagnose.*, "
+            "change on resume: epochs, log_every, logger, checkpoint.*, eval, validation.*, early_stop.*, "
+            "save_checkpoint, diagnose.*, "
             "amp.keep_fp32."
         )
     from runner.files import write_json

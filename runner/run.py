@@ -64,6 +64,8 @@ class Parts:
     logger: object
     start: dict  # the resume state ({} for a fresh run)
     initial_epoch: int  # Model.train's epoch to start from (resume)
+    watch: object  # runner.validation.Watch: validation, the best checkpoint's monitor, early stop
+    fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
 
 
 @dataclass
@@ -75,6 +77,7 @@ class Outcome:
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
     failure: Optional[Exception]  # raised once the outputs are written
+    early_stop: Optional[dict] = None  # when and why early stopping ended the run (None: not configured)
 
 
 def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
@@ -251,6 +254,7 @@ def build(cfg, env: Env) -> Parts:
     from runner.report.loggers import build_logger
     from runner.report.monitor import RunMonitor
     from runner.report.shapes import InputShapes
+    from runner.validation import build_watch
 
     shard = (env.world, env.rank) if env.world > 1 else None
     data = build_data(cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard)
@@ -264,6 +268,9 @@ def build(cfg, env: Env) -> Parts:
             data.num_classes,
             cfg.model.num_classes - data.num_classes,
         )
+    from runner.finetune import prepare
+
+    fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
     # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
     # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
     if cfg.sink.enabled and env.target == "CPU":
@@ -306,12 +313,24 @@ def build(cfg, env: Env) -> Parts:
     logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
     ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    # skip() is read during training only, once checkpointer and guarding exist.
+    watch = build_watch(
+        cfg,
+        cfg.eval,
+        plan,
+        data.steps_per_epoch,
+        start,
+        ckpt_dir if env.rank == 0 else None,
+        monitor.epoch_mean_loss,
+        logger,
+        skip=lambda: checkpointer.signum is not None or guarding.guard.tripped is not None,
+    )
     checkpointer = Checkpointer(
         cfg.checkpoint,
         ckpt_dir,
         data.steps_per_epoch,
         start,
-        monitor.epoch_mean_loss,
+        watch.score,
         monitor.losses,
         env.rank == 0,
         series=monitor.series,
@@ -319,19 +338,34 @@ def build(cfg, env: Env) -> Parts:
     )
     shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
     return Parts(
-        data, net, make_net, trainer, plan, monitor, shapes, guarding, checkpointer, logger, start, initial_epoch
+        data,
+        net,
+        make_net,
+        trainer,
+        plan,
+        monitor,
+        shapes,
+        guarding,
+        checkpointer,
+        logger,
+        start,
+        initial_epoch,
+        watch,
+        fine_tune,
     )
 
 
 def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
-    """Model.train with the callbacks in their order, then the post-mortem or the evaluation."""
+    """Model.fit with the callbacks in their order, then the post-mortem or the evaluation."""
     from runner.amp.guard import postmortem
     from runner.report.shapes import compile_count
+    from runner.validation import finish
 
     used = p.trainer.used
     log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
-    # Order: time the step, record its shape, trace/guard its outputs, then checkpoint what passed.
-    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, p.checkpointer]
+    # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
+    # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
+    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, *p.watch.callbacks(p.checkpointer)]
     start_step = p.start.get("global_step", 0)
     try:
         if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
@@ -339,13 +373,14 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
                 "training ended at step %d before the interruption; finishing the evaluation and report", start_step
             )
         else:
-            p.trainer.model.train(
+            p.trainer.model.fit(
                 p.plan.train_epochs,
                 p.data.train,
-                callbacks,
+                callbacks=callbacks,
                 dataset_sink_mode=p.plan.sink,
                 sink_size=p.plan.sink_size,
                 initial_epoch=p.initial_epoch,
+                **p.watch.fit_args(p.data.val),
             )
     except (RuntimeError, MemoryError) as e:
         oom = as_out_of_memory(e, env.batch)
@@ -363,9 +398,9 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     )
     if not failure and getattr(p.trainer.step_cell, "ema_decay", 0) > 0:
         p.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
-    val = p.trainer.evaluator.eval(p.data.val, dataset_sink_mode=False) if evaluate and not failure else {}
+    val, stopped = finish(p.watch, p.trainer, p.data.val, p.checkpointer, evaluate) if not failure else ({}, None)
     compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
-    return Outcome(val, p.checkpointer.losses(), compiles, record, failure)
+    return Outcome(val, p.checkpointer.losses(), compiles, record, failure, stopped)
 
 
 def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
@@ -373,12 +408,17 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner import resume_config
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
+    from runner.validation import best_record
 
     return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
         val_loss=float(o.val["loss"]) if o.val else None,
         final_loss=float(o.losses[-1]),
         loss_curve=o.losses.tolist(),
+        val_curve=p.watch.curve(),
+        best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
+        early_stop=o.early_stop,
+        fine_tune=p.fine_tune,
         **p.monitor.timing(),
         compile_count=o.compiles,
         **p.shapes.metrics(o.compiles),

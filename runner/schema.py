@@ -69,6 +69,13 @@ class DistMode(Choice):
     dp = "dp"
 
 
+class Monitor(Choice):
+    auto = "auto"  # val_accuracy when validation runs during training, else train_loss
+    val_accuracy = "val_accuracy"
+    val_loss = "val_loss"
+    train_loss = "train_loss"  # the epoch's mean training loss
+
+
 class LoggerName(Choice):
     csv = "csv"
     tensorboard = "tensorboard"
@@ -123,6 +130,8 @@ class OptimConfig:
     # The train step (runner/amp/train_step.py), for every optimizer:
     clip_grad_norm: float = 0.0  # > 0: clip the unscaled gradients to this global L2 norm
     accumulate_steps: int = 1  # micro-batches whose mean gradient makes one optimizer update
+    # Cells left out of the optimizer, BatchNorm statistics included (names, prefixes, globs, as amp.keep_fp32).
+    freeze: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -152,8 +161,25 @@ class DistributedConfig:
 class CheckpointConfig:
     every_epochs: int = 1  # save a resumable checkpoint every N epochs; 0 = only on a signal
     keep_last: int = 2  # resumable checkpoints kept besides the best one
-    keep_best: bool = True  # also keep the checkpoint with the lowest epoch-mean training loss
+    keep_best: bool = True  # also keep the best checkpoint by `monitor`
+    # What "best" means; auto: early_stop.monitor when set, else val_accuracy with
+    # validation.every_epochs, else train_loss.
+    monitor: Monitor = Monitor.auto
     on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
+
+
+@dataclass
+class ValidationConfig:
+    # Validate every N epochs while training (and always after the last); 0 = only at the end. Not
+    # `eval.every_epochs`: the top-level `eval` is a bool, and Hydra cannot give a bool children.
+    every_epochs: int = 0
+
+
+@dataclass
+class EarlyStopConfig:
+    patience: int = 0  # stop after this many checks without improvement; 0 = off
+    monitor: Monitor = Monitor.auto  # auto: checkpoint.monitor (the two are one monitor)
+    min_delta: float = 0.0  # an improvement must beat the best by more than this
 
 
 @dataclass
@@ -196,12 +222,15 @@ class Config:
     batch_size: int = 64
     log_every: int = 20
     eval: bool = True
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
     save_checkpoint: bool = True
     experiment_name: str = "default"
     dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
     distributed: DistributedConfig = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
+    init_from: Optional[str] = None  # fine-tune: a .ckpt file or run directory whose matching weights start this run
     logger: LoggerConfig = MISSING
     ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
 

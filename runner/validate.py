@@ -185,6 +185,46 @@ def _problems(cfg):
         yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
     if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
+    yield from _watch_problems(cfg)
+
+
+def _watch_problems(cfg):
+    """validation, checkpoint.monitor, early_stop and init_from against each other."""
+    every, es, monitor = cfg.validation.every_epochs, cfg.early_stop, str(cfg.checkpoint.monitor)
+    if every < 0:
+        yield f"validation.every_epochs must be 0 (only at the end) or positive, got {every}"
+    elif every > 0 and not cfg.eval:
+        yield f"validation.every_epochs={every} validates, but eval=false turns validation off; drop one"
+    elif every > cfg.epochs:
+        yield f"validation.every_epochs={every} is beyond epochs={cfg.epochs}: it would validate only at the end (0)"
+    for key, name in (("checkpoint.monitor", monitor), ("early_stop.monitor", str(es.monitor))):
+        if name.startswith("val_") and (not cfg.eval or every == 0):
+            why = "eval=false" if not cfg.eval else "validation.every_epochs=0 (only at the end)"
+            yield (
+                f"{key}={name} needs validation during training, and {why} gives none: set "
+                "validation.every_epochs=N (with eval=true) or monitor train_loss"
+            )
+    if es.patience < 0 or es.min_delta < 0:
+        yield f"early_stop.patience and early_stop.min_delta must not be negative, got {es.patience} and {es.min_delta}"
+    elif es.patience == 0 and (str(es.monitor) != "auto" or es.min_delta != 0):
+        yield "early_stop.monitor/min_delta are set but early stopping is off (early_stop.patience=0)"
+    elif es.patience > 0 and (not cfg.checkpoint.keep_best or cfg.checkpoint.every_epochs == 0):
+        yield (
+            "early_stop makes the best checkpoint the final weights, so it needs one: "
+            "checkpoint.keep_best=true and checkpoint.every_epochs >= 1"
+        )
+    elif es.patience > 0 and "auto" not in (str(es.monitor), monitor) and str(es.monitor) != monitor:
+        yield (
+            f"early_stop.monitor={es.monitor} differs from checkpoint.monitor={monitor}: the run would stop on one "
+            "and keep the best by the other; set one of them"
+        )
+    if cfg.init_from:
+        from runner.finetune import source_path
+
+        try:
+            source_path(cfg.init_from)
+        except ConfigError as e:
+            yield str(e).rstrip(".")
 
 
 def _resolved(cfg) -> dict:

@@ -77,12 +77,14 @@ def test_rotation_keeps_last_n_and_best(tmp_path):
     from mindspore import nn
 
     from runner.checkpoints import Checkpointer
+    from runner.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
-    ck = Checkpointer(cfg, str(tmp_path), 10, {}, epoch_loss=lambda: None, run_losses=lambda: np.zeros(0, np.float32))
+    score = Score("train_loss", lambda: None)
+    ck = Checkpointer(cfg, str(tmp_path), 10, {}, score, run_losses=lambda: np.zeros(0, np.float32))
     net = nn.Dense(2, 2)
     for step, loss in zip((10, 20, 30, 40), (1.0, 0.5, 0.7, 0.8)):
-        ck.save(SimpleNamespace(train_network=net, cur_step_num=step), best_loss=loss)
+        ck.save(SimpleNamespace(train_network=net, cur_step_num=step), loss)
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["latest.json", "step_00000020.ckpt", "step_00000030.ckpt", "step_00000040.ckpt"]
     state = json.loads((tmp_path / "latest.json").read_text())
@@ -99,11 +101,13 @@ def test_keep_best_off_keeps_only_the_last(tmp_path):
     from mindspore import nn
 
     from runner.checkpoints import Checkpointer
+    from runner.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, on_signal=True)
-    ck = Checkpointer(cfg, str(tmp_path), 10, {}, epoch_loss=lambda: None, run_losses=lambda: np.zeros(0, np.float32))
+    score = Score("train_loss", lambda: None)
+    ck = Checkpointer(cfg, str(tmp_path), 10, {}, score, run_losses=lambda: np.zeros(0, np.float32))
     for step, loss in zip((10, 20, 30), (0.1, 0.5, 0.7)):
-        ck.save(SimpleNamespace(train_network=nn.Dense(2, 2), cur_step_num=step), best_loss=loss)
+        ck.save(SimpleNamespace(train_network=nn.Dense(2, 2), cur_step_num=step), loss)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step_00000030.ckpt"]
 
 

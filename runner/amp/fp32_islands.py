@@ -26,11 +26,12 @@ def cell_names(net) -> dict:
     return {id(cell): name for name, cell in net.cells_and_names() if name}
 
 
-def match_cells(net, patterns) -> list:
+def match_cells(net, patterns, option: str = "amp.keep_fp32") -> list:
     """(name, cell) for the cells the patterns select, outermost only, in definition order.
 
     A pattern selects a cell whose dotted name equals it, starts with it followed by a dot (a prefix:
-    `layer1` keeps all of layer1) or matches it as a shell glob (`layer*.0.conv1`).
+    `layer1` keeps all of layer1) or matches it as a shell glob (`layer*.0.conv1`). `option` names the
+    setting in the error for a pattern that selects nothing.
     """
     named = [(name, cell) for name, cell in net.cells_and_names() if name]
     chosen, unmatched = [], []
@@ -42,7 +43,7 @@ def match_cells(net, patterns) -> list:
     if unmatched:
         top = sorted({n.split(".")[0] for n, _ in named})
         raise ConfigError(
-            f"amp.keep_fp32 names no cell: {unmatched}. Cell names are dotted paths from the network's "
+            f"{option} names no cell: {unmatched}. Cell names are dotted paths from the network's "
             f"attributes, e.g. {top[:8]} and below them (layer1.0.conv1); glob patterns work too."
         )
     # A cell inside another kept cell is already FP32 through its parent's recursive to_float.

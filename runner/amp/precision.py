@@ -118,7 +118,10 @@ def build_trainer(
             grad_stats,
             **update,
         )
-    evaluator = Model(logits, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
+    # One eval cell for both Models: the train Model validates during Model.fit (runner/validation.py)
+    # and the evaluator after training, and both run the same compiled graph.
+    eval_cell = nn.WithEvalCell(logits, loss_fn())
+    evaluator = Model(logits, eval_network=eval_cell, metrics=_metrics(), eval_indexes=[0, 1, 2])
     used = AmpUsed(
         amp_level_used=level,
         loss_scale_type_used=scale_type,
@@ -126,4 +129,10 @@ def build_trainer(
         keep_fp32=list(amp_cfg.keep_fp32),
         drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
     )
-    return Trainer(Model(step), step, evaluator, used)
+    model = Model(step, eval_network=eval_cell, metrics=_metrics(), eval_indexes=[0, 1, 2])
+    return Trainer(model, step, evaluator, used)
+
+
+def _metrics() -> dict:
+    """Top-1 and the mean loss over the validation set (fresh instances: metrics hold state)."""
+    return {"accuracy": nn.Accuracy(), "loss": nn.Loss()}

@@ -17,6 +17,10 @@ class RunMetrics:
     val_loss: Optional[float] = None  # mean cross-entropy on the validation set
     final_loss: float = float("nan")  # training loss of the last step
     loss_curve: List[float] = field(default_factory=list)  # training loss of every step, across resumes
+    val_curve: List[dict] = field(default_factory=list)  # {epoch, step, accuracy, loss} per validation while training
+    best_checkpoint: Optional[dict] = None  # monitor, value, epoch, step, file of the best checkpoint
+    early_stop: Optional[dict] = None  # stopped, monitor, patience, min_delta, epoch, step, reason, restored
+    fine_tune: Optional[dict] = None  # init_from, loaded, reinitialised, unused, frozen, frozen_parameters
     # time
     compile_seconds: float = 0.0  # first step call minus a steady one: graph compilation, s
     first_call_seconds: float = 0.0  # s

@@ -78,6 +78,14 @@ class RunMonitor(Callback):
             self._logged = step // self.log_every
             self._log(cb, step)
 
+    # Model.fit validates between epochs: that time belongs to no training step.
+    def on_eval_begin(self, run_context):
+        self._eval_began = time.perf_counter()
+
+    def on_eval_end(self, run_context):
+        if self._last is not None:
+            self._last += time.perf_counter() - self._eval_began
+
     def on_train_end(self, run_context):
         if self._bar is not None:
             self._bar.close()

@@ -63,10 +63,10 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
 
 
 def plot(m: RunMetrics, series: dict, title: str) -> None:
-    """curves.png: loss, loss scale (when there is one) and step time per step."""
+    """curves.png: loss, validation (when it ran during training), loss scale (when there is one) and step time."""
     from runner.report import plots
 
-    plots.run_plot(series, m.plot, title)
+    plots.run_plot(series, m.plot, title, m.val_curve)
 
 
 def summary_line(m: RunMetrics) -> str:

@@ -7,12 +7,18 @@ matplotlib.use("Agg")  # files only; never a window, also without a display
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def run_plot(series: dict, path: str, title: str) -> str:
-    """Loss, loss scale (when the train cell has one) and step time against the step number."""
+def run_plot(series: dict, path: str, title: str, val_curve=None) -> str:
+    """Loss, validation (when it ran during training), loss scale (when the train cell has one) and step
+    time against the step number."""
     panels = [("loss", "loss", False), ("loss_scale", "loss scale", True), ("step_time_ms", "step time (ms)", True)]
     panels = [p for p in panels if series.get(p[0]) is not None]
+    if val_curve and len(val_curve) > 1:  # one point (validation only at the end) is no curve
+        panels.insert(1, ("val", "val accuracy", False))
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
     for ax, (key, label, log_y) in zip(axes[:, 0], panels):
+        if key == "val":
+            _val_panel(ax, val_curve)
+            continue
         # A resume from a bare .ckpt knows the earlier losses of no step: the series align at their end.
         n = min(len(series["step"]), len(series[key]))
         ax.plot(series["step"][-n:], series[key][-n:], marker="." if n < 50 else None)
@@ -26,6 +32,17 @@ def run_plot(series: dict, path: str, title: str) -> str:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _val_panel(ax, curve):
+    """Validation accuracy (left axis) and loss (right axis) at the steps where validation ran."""
+    steps = [p["step"] for p in curve]
+    ax.plot(steps, [p["accuracy"] for p in curve], marker="o", color="tab:green", label="val accuracy")
+    ax.set_ylabel("val accuracy", color="tab:green")
+    ax.grid(alpha=0.3)
+    right = ax.twinx()
+    right.plot(steps, [p["loss"] for p in curve], marker="s", color="tab:orange", label="val loss")
+    right.set_ylabel("val loss", color="tab:orange")
 
 
 def sweep_chart(rows: list, path: str, title: str) -> str:

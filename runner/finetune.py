@@ -1,0 +1,162 @@
+"""Consumer of `init_from` and `optim.freeze`: start from another run's weights, keep chosen cells fixed.
+
+Unlike `resume` (the same run, continued: optimizer state, schedule position and data order), init_from
+starts a new run whose network takes every parameter of the checkpoint whose name and shape match;
+the rest keeps its fresh initialisation (a new head when the number of classes differs).
+"""
+
+import logging
+import os
+from typing import Optional
+
+from runner.errors import ConfigError
+
+log = logging.getLogger("runner")
+
+
+def source_path(init_from: str) -> str:
+    """The checkpoint file init_from names: a .ckpt file, or a run directory's model.ckpt (else its
+    best or latest resumable checkpoint). Raises ConfigError when there is none."""
+    path = os.path.abspath(os.path.expanduser(str(init_from)))
+    if os.path.isfile(path):
+        return path
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "model.ckpt")):
+            return os.path.join(path, "model.ckpt")
+        state = os.path.join(path, "checkpoints", "latest.json")
+        if os.path.isfile(state):
+            import json
+
+            with open(state) as f:
+                s = json.load(f)
+            name = (s.get("best") or {}).get("file") or s["latest"]
+            return os.path.join(path, "checkpoints", name)
+        raise ConfigError(
+            f"init_from={init_from}: the directory {path} holds no model.ckpt and no checkpoints/latest.json; "
+            "name a .ckpt file or a finished run directory."
+        )
+    raise ConfigError(f"init_from={init_from}: {path} does not exist; name a .ckpt file or a run directory.")
+
+
+def _train_state(name: str, names: set) -> bool:
+    """Whether a checkpoint entry is training state rather than a network weight: an optimizer slot
+    (`moments.<weight>`, `moment1.<weight>`) or a scalar of the train cell (global_step, loss_scale,
+    learning_rate), which the runner's networks never name without a dot."""
+    head, _, rest = name.partition(".")
+    return not rest or rest in names
+
+
+def _adapt_input_conv(weight, shape):
+    """The first convolution of a grayscale (1-channel) checkpoint for RGB input, or the reverse, as timm's
+    adapt_input_conv does it: the kernel repeated over 3 channels and divided by 3 (a gray image made RGB
+    then gives the same response), or summed over the 3 channels. None for any other mismatch."""
+    import numpy as np
+
+    w = weight.asnumpy()
+    if w.ndim != 4 or len(shape) != 4 or w.shape[0] != shape[0] or tuple(w.shape[2:]) != tuple(shape[2:]):
+        return None
+    if (w.shape[1], shape[1]) == (1, 3):
+        return np.repeat(w, 3, axis=1) / 3
+    if (w.shape[1], shape[1]) == (3, 1):
+        return w.sum(axis=1, keepdims=True)
+    return None
+
+
+def load_matching(net, init_from: str) -> dict:
+    """Load every checkpoint parameter whose name and shape match net's; return what was loaded and not.
+
+    The input convolution is adapted between 1 and 3 channels (data.channels differs). Refuses a
+    checkpoint that shares no parameter with net (another architecture, a wrong file).
+    """
+    import mindspore as ms
+
+    path = source_path(init_from)
+    try:
+        params = ms.load_checkpoint(path)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ConfigError(
+            f"init_from={init_from}: {path} cannot be read as a MindSpore checkpoint ({str(e).splitlines()[0]})."
+        ) from None
+    mine = net.parameters_dict()
+    values, adapted = {}, []
+    for i, (n, p) in enumerate(mine.items()):
+        if n not in params:
+            continue
+        if tuple(params[n].shape) == tuple(p.shape):
+            values[n] = params[n]
+        elif i == 0 and (w := _adapt_input_conv(params[n], p.shape)) is not None:
+            values[n] = ms.Tensor(w, p.dtype)
+            adapted.append(n)
+    reinit = [n for n in mine if n not in values]
+    unused = [n for n in params if n not in mine and not _train_state(n, set(params))]
+    if not values:
+        sample = [n for n in params if not _train_state(n, set(params))][:4]
+        raise ConfigError(
+            f"init_from={init_from}: {path} shares no parameter (name and shape) with this "
+            f"{type(net).__name__} (it holds e.g. {sample}; this network has e.g. {list(mine)[:4]}). It is a "
+            "checkpoint of another architecture: fine-tune with the model.* settings it was trained with."
+        )
+    # set_data rather than load_param_into_net, which warns about every parameter it was not given:
+    # here those are expected (the new head) and listed below.
+    for n, v in values.items():
+        mine[n].set_data(v.astype(mine[n].dtype))
+    log.info("init_from %s: loaded %d of %d parameters", path, len(values), len(mine))
+    if adapted:
+        log.info("init_from: input convolution adapted to data.channels=%d: %s", mine[adapted[0]].shape[1], adapted)
+    if reinit:
+        log.info("init_from: freshly initialised (absent or of another shape): %s", ", ".join(reinit))
+    if unused:
+        log.info("init_from: checkpoint parameters this network lacks: %s", ", ".join(unused))
+    return {"init_from": path, "loaded": list(values), "adapted": adapted, "reinitialised": reinit, "unused": unused}
+
+
+def freeze(net, patterns) -> dict:
+    """Keep the cells the patterns select fixed: their parameters leave the optimizer (requires_grad
+    False, so net.trainable_params() omits them) and their BatchNorm layers normalise with, and no
+    longer update, their running statistics.
+
+    Patterns match as amp.keep_fp32's do (runner/amp/fp32_islands.py). Model.train sets the whole
+    network to training mode, so a frozen BatchNorm is pinned by use_batch_statistics=False rather
+    than by set_train(False) (docs/mindspore-notes.md#frozen-bn).
+    """
+    from mindspore import nn
+
+    from runner.amp.fp32_islands import match_cells
+
+    cells = match_cells(net, list(patterns), option="optim.freeze")
+    count = 0
+    for _, cell in cells:
+        for p in cell.get_parameters():
+            if p.requires_grad:
+                count += 1
+            p.requires_grad = False
+        for _, sub in cell.cells_and_names():
+            if isinstance(sub, nn.BatchNorm2d):
+                sub.use_batch_statistics = False
+    if not net.trainable_params():
+        raise ConfigError(
+            f"optim.freeze={list(patterns)} freezes every parameter of the network: nothing would train. "
+            "Leave at least the head out of it."
+        )
+    names = [n for n, _ in cells]
+    log.info("optim.freeze: %s frozen (%d parameters)", names, count)
+    return {"frozen": names, "frozen_parameters": count}
+
+
+def prepare(net, init_from: Optional[str], freeze_patterns) -> Optional[dict]:
+    """init_from then optim.freeze on a freshly built network; metrics.json's `fine_tune` record (or None)."""
+    if not init_from and not freeze_patterns:
+        return None
+    record = {"init_from": None, "loaded": [], "adapted": [], "reinitialised": [], "unused": []}
+    if init_from:
+        record.update(load_matching(net, init_from))
+    record.update(freeze(net, freeze_patterns) if freeze_patterns else {"frozen": [], "frozen_parameters": 0})
+    fixed_random = [
+        p.name
+        for p in net.get_parameters()
+        if not p.requires_grad and (not init_from or p.name in record["reinitialised"])
+    ]
+    fixed_random = [n for n in fixed_random if "moving_" not in n]  # running statistics never train
+    if freeze_patterns and fixed_random:
+        log.warning("optim.freeze keeps freshly initialised parameters fixed (not from init_from): %s", fixed_random)
+    return record

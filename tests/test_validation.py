@@ -1,0 +1,147 @@
+"""Validation while training, the monitored best checkpoint and early stopping, through the CLI."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from conftest import TINY, metrics, outputs_of, run_cli, run_module
+
+
+def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
+    run_cli(tmp_path, *TINY, "epochs=3", "validation.every_epochs=2")
+    m = metrics(tmp_path)
+    # Every 2 epochs, and always after the last one.
+    assert [p["epoch"] for p in m["val_curve"]] == [2.0, 3.0]
+    assert [p["step"] for p in m["val_curve"]] == [88, 132]
+    # The final numbers are the last validation's (the same weights): fit's validation is the evaluation.
+    assert m["val_accuracy"] == m["val_curve"][-1]["accuracy"] and m["val_loss"] == m["val_curve"][-1]["loss"]
+    # With validation during training the best checkpoint is the one of the highest val accuracy.
+    best = m["best_checkpoint"]
+    top = max(m["val_curve"], key=lambda p: p["accuracy"])  # max() keeps the first of equals, as "better" does
+    assert best["monitor"] == "val_accuracy" and best["value"] == top["accuracy"] and best["step"] == top["step"]
+    state = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert (
+        state["best"]["file"] == f"step_{top['step']:08d}.ckpt"
+        and (tmp_path / "checkpoints" / state["best"]["file"]).exists()
+    )
+    assert m["compile_count"] == 1  # validating between epochs does not recompile the train graph
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    logged = [(int(r["step"]), float(r["val/accuracy"])) for r in rows if r.get("val/accuracy")]
+    assert logged[:2] == [(p["step"], p["accuracy"]) for p in m["val_curve"]]
+    # Resumed from epoch 2 into a new directory: the curve continues, with the same numbers.
+    resumed = tmp_path / "resumed"
+    run_cli(
+        resumed, *TINY, "epochs=3", "validation.every_epochs=2", f"resume={tmp_path}/checkpoints/step_00000088.ckpt"
+    )
+    r = metrics(resumed)
+    assert r["val_curve"] == m["val_curve"]
+
+
+def _expected_stop(values, patience, min_delta, higher_better=True):
+    """The epoch index at which `patience` checks in a row fail to beat the best by min_delta, or None."""
+    best, wait = None, 0
+    for i, v in enumerate(values):
+        wait += 1
+        if best is None or (v > best + min_delta if higher_better else v < best - min_delta):
+            best, wait = v, 0
+        if wait >= patience:
+            return i
+    return None
+
+
+def test_early_stop_stops_on_a_plateau_and_keeps_the_best(tmp_path):
+    # A learning rate of 1e-7 leaves validation flat: accuracy cannot gain 2 points.
+    run_cli(
+        tmp_path, *TINY, "epochs=8", "validation.every_epochs=1", "optim.lr=1e-7",
+        "early_stop.patience=2", "early_stop.min_delta=0.02",
+    )  # fmt: skip
+    m = metrics(tmp_path)
+    accs = [p["accuracy"] for p in m["val_curve"]]
+    stop = _expected_stop(accs, 2, 0.02)
+    assert stop is not None and stop == len(accs) - 1 < 7  # it stopped at the first epoch the rule says
+    es = m["early_stop"]
+    assert es["stopped"] and es["epoch"] == stop + 1 and es["step"] == m["steps"] == 44 * (stop + 1)
+    assert "val_accuracy did not improve by more than 0.02 for 2" in es["reason"]
+    best = m["best_checkpoint"]
+    assert best["value"] == max(accs) and es["restored"] == best["file"]
+    # The best checkpoint's weights became model.ckpt, and the final numbers are theirs.
+    import mindspore as ms
+
+    final = ms.load_checkpoint(str(tmp_path / "model.ckpt"))
+    saved = ms.load_checkpoint(best["file"])
+    assert all(np.array_equal(final[k].asnumpy(), saved[k].asnumpy()) for k in final)
+    assert m["val_accuracy"] == best["value"]
+    assert "early stop at epoch" in (tmp_path / "runner.log").read_text()
+    # And runner.evaluate of the run (model.ckpt) reproduces them.
+    out = outputs_of(run_module("runner.evaluate", f"run={tmp_path}"))
+    assert json.loads((out / "metrics.json").read_text())["top1"] == m["val_accuracy"]
+
+
+def test_early_stop_on_train_loss_without_validation(tmp_path):
+    run_cli(tmp_path, *TINY, "epochs=6", "eval=false", "optim.lr=1e-7", "early_stop.patience=1",
+            "early_stop.min_delta=1.0")  # fmt: skip
+    m = metrics(tmp_path)
+    assert m["early_stop"]["stopped"] and m["early_stop"]["monitor"] == "train_loss" and m["steps"] == 88
+    assert m["best_checkpoint"]["monitor"] == "train_loss" and m["val_curve"] == [] and m["val_accuracy"] is None
+
+
+@pytest.mark.parametrize(
+    "overrides, culprit",
+    [
+        (["checkpoint.monitor=val_accuracy", "eval=false"], "checkpoint.monitor=val_accuracy"),
+        (["checkpoint.monitor=val_loss"], "validation.every_epochs=0"),
+        (["early_stop.patience=2", "early_stop.monitor=val_loss"], "early_stop.monitor=val_loss"),
+        (["validation.every_epochs=2", "eval=false"], "eval=false"),
+        (["validation.every_epochs=50"], "beyond epochs"),
+        (["early_stop.min_delta=0.1"], "early_stop.patience=0"),
+        (["early_stop.patience=2", "checkpoint.every_epochs=0"], "checkpoint.every_epochs"),
+        (["early_stop.patience=2", "checkpoint.keep_best=false"], "checkpoint.keep_best"),
+        (
+            [
+                "validation.every_epochs=1",
+                "early_stop.patience=2",
+                "early_stop.monitor=val_loss",
+                "checkpoint.monitor=val_accuracy",
+            ],
+            "differs",
+        ),  # fmt: skip
+        (["checkpoint.monitor=best"], "checkpoint.monitor"),
+    ],
+)
+def test_conflicting_watch_settings_are_refused(tmp_path, overrides, culprit):
+    proc = run_cli(tmp_path, *TINY, "dry_run=true", *overrides, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert culprit in " ".join(proc.stderr.split())
+
+
+def test_validation_epochs_follow_data_epochs_under_a_sink_size():
+    from runner.validation import validation_epochs
+
+    # 10 steps per data epoch; Model epochs of 10 steps (no sink size): every 2 epochs, and the last.
+    assert validation_epochs(2, 5, 10, 10, 5) == [2, 4, 5]
+    assert validation_epochs(0, 5, 10, 10, 5) == [5]
+    # sink_size 4: Model epochs end at steps 4, 8, ..., 52; data epochs 2 and 4 end at steps 20 and 40.
+    assert validation_epochs(2, 5, 10, 4, 13) == [5, 10, 13]
+
+
+def test_score_direction_and_nan():
+    from runner.validation import Score
+
+    acc, loss = Score("val_accuracy", lambda: None), Score("val_loss", lambda: None)
+    assert acc.better(0.5, 0.4) and not acc.better(0.41, 0.4, min_delta=0.02) and acc.better(0.0, None)
+    assert loss.better(0.3, 0.4) and not loss.better(0.5, 0.4) and not loss.better(float("nan"), 0.4)
+
+
+def test_resumed_best_of_another_monitor_starts_afresh(tmp_path):
+    from types import SimpleNamespace
+
+    from runner.checkpoints import Checkpointer
+    from runner.validation import Score
+
+    cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
+    old = {"global_step": 20, "best": {"file": "step_00000020.ckpt", "loss": 0.5, "global_step": 20}}
+    same = Checkpointer(cfg, str(tmp_path), 10, old, Score("train_loss", lambda: None), lambda: np.zeros(0))
+    other = Checkpointer(cfg, str(tmp_path), 10, old, Score("val_accuracy", lambda: None), lambda: np.zeros(0))
+    assert same.best == {"file": "step_00000020.ckpt", "monitor": "train_loss", "value": 0.5, "global_step": 20}
+    assert other.best is None
