@@ -124,6 +124,22 @@ def compare(saved: dict, new: dict, explicit: set) -> Tuple[Dict[str, list], Lis
     return changes, refused
 
 
+def _with_defaults(saved: dict) -> dict:
+    """The saved config with the schema's defaults for keys it lacks: a run saved before a setting
+    existed ran with that setting's default, so resuming it with the default is no change."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from runner.schema import Config
+
+    body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), body)
+        return OmegaConf.to_container(merged, resolve=False, enum_to_str=True)
+    except OmegaConfBaseException:  # a key this version no longer has: compare as saved, and refuse it
+        return saved
+
+
 def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[str, list]:
     """Refuse a resume whose configuration differs from the saved one where it cannot; return and
     record (run_dir/resume.json) what changes are applied."""
@@ -133,7 +149,7 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
-    saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    saved = _with_defaults(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changes, refused = compare(saved, new, override_keys(overrides))
     if refused:
