@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import mindspore.dataset as ds
 import mindspore.dataset.vision as V
 
+from datasets import augment as A
 from datasets import padding as P
 from datasets.sources import SOURCES, DataError
 from runner.errors import ConfigError
@@ -30,17 +31,19 @@ class Data:
     steps_per_epoch: int
     padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
     skipped_samples: list  # files that could not be decoded, left out under data.on_bad_sample=skip
+    augment: dict = None  # datasets.augment.describe: what training applies
 
 
-def _sample_ops(cfg, padding, channels_on_disk, sizes):
-    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says."""
+def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=()):
+    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says, then augmented."""
     ops = []
     if cfg.channels == 1 and channels_on_disk == 3:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY))
     elif cfg.channels == 3 and channels_on_disk == 1:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB))
     # ToTensor makes CHW, also from the 2-D arrays grayscale conversion leaves.
-    return ops + P.sample_ops(padding, sizes) + [V.ToTensor()]
+    # Augmentation after the resize: crops and affines work at the size the network sees.
+    return ops + P.sample_ops(padding, sizes) + list(augment_ops) + [V.ToTensor()]
 
 
 def _batch_ops(cfg):
@@ -51,10 +54,13 @@ def _batch_ops(cfg):
     return ops
 
 
-def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
+def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=None, label_depth=None) -> Data:
     """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
 
     shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
+    augment: the `augment` settings (datasets/augment.py), applied to the training pipeline only.
+    label_depth: the width of one-hot labels when batches are mixed (the network's outputs);
+    None: the data's class count.
     """
     check_padding(padding, PaddingConfig())  # also in runner/validate.py; build_data may be called alone
     if shard is not None and padding.name.name != "fixed":
@@ -73,11 +79,27 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
             "data.on_bad_sample=skip: %d unreadable image(s) left out, e.g. %s", len(src.skipped), src.skipped[0]
         )
     workers = cfg.num_parallel_workers
+    fixed_size = (padding.height, padding.width) if padding.name.value == "fixed" else (None, None)
+    aug_args = (cfg.channels, *fixed_size, cfg.mirrorable)
+    soft = augment is not None and A.soft_labels(augment)
+    depth = label_depth or src.num_classes
+    if soft and depth < src.num_classes:
+        raise DataError(
+            f"The data has {src.num_classes} classes but the network {depth} outputs: one-hot labels for "
+            "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
+        )
 
     def pipeline(d, sizes, train):
-        d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes), "image", num_parallel_workers=workers)
+        aug = A.sample_ops(augment, *aug_args) if train and augment is not None else []
+        d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes, aug), "image", num_parallel_workers=workers)
+        tensor_ops = A.tensor_ops(augment, seed) if train and augment is not None else []
+        if tensor_ops:  # one worker: its own generator must see the images in pipeline order
+            d = d.map(tensor_ops, "image", num_parallel_workers=1)
         d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
-        return d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+        d = d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+        if train and soft:
+            d = d.map(A.one_hot(depth), "label").map(A.batch_ops(augment), ["image", "label"])
+        return d
 
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
     train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
@@ -105,4 +127,5 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
         steps,
         P.report(padding, src.train_sizes, batch_size),
         src.skipped,
+        A.describe(augment, *aug_args) if augment is not None else None,
     )

@@ -20,9 +20,15 @@ def resolve_level(level: str, device_target: str) -> str:
     return "O0" if device_target == "CPU" else "O2"
 
 
-def loss_fn():
-    """The training loss; it always sees FP32 logits (FP32Logits casts them)."""
-    return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+def loss_fn(label_smoothing: float = 0.0):
+    """Cross entropy on FP32 logits (FP32Logits casts them), for class indices or class probabilities.
+
+    nn.CrossEntropyLoss works through log_softmax: logits [1e3, 0, -1e3] with label 1 give 1000.0,
+    where MindSpore 2.10's SoftmaxCrossEntropyWithLogits(sparse=True) returns inf on CPU. It also
+    takes the (N, classes) probabilities of mixup/cutmix batches and label smoothing (measured
+    against a NumPy log-softmax reference, for hard and soft labels, in graph mode).
+    """
+    return nn.CrossEntropyLoss(reduction="mean", label_smoothing=label_smoothing)
 
 
 def wrap_amp(net, level: str, keep: list, run_dir: str):
@@ -49,8 +55,21 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
     return amp_net
 
 
-def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False):
+def build_trainer(
+    net,
+    amp_cfg,
+    optimizer,
+    mode: str,
+    device_target: str,
+    run_dir: str,
+    grad_stats=False,
+    label_smoothing=0.0,
+    metrics=None,
+):
     """Wrap net for AMP and loss scaling; return (Model, train cell, eval Model, what was used).
+
+    label_smoothing applies to the training loss only. metrics: the eval Model's metrics (default:
+    accuracy and loss); evaluation always sees hard labels.
 
     grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
     it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
@@ -63,7 +82,7 @@ def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_di
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
     net = wrap_amp(net, level, list(amp_cfg.keep_fp32), run_dir)
     fp32_net = FP32Logits(net)
-    loss_net = nn.WithLossCell(fp32_net, loss_fn())
+    loss_net = nn.WithLossCell(fp32_net, loss_fn(label_smoothing))
     native = device_target != "CPU" and mode != "jit" and not grad_stats
     if native and scale_type == "dynamic":
         # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path.
@@ -73,7 +92,8 @@ def build_trainer(net, amp_cfg, optimizer, mode: str, device_target: str, run_di
         cls = JitScaledTrainStep if mode == "jit" else ScaledTrainStep
         step = cls(loss_net, optimizer, scale_type, ls.init, ls.factor, ls.window, ls.drop_overflow_update, grad_stats)
     model = Model(step)
-    evaluator = Model(fp32_net, loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy(), "loss": nn.Loss()})
+    metrics = metrics or {"accuracy": nn.Accuracy(), "loss": nn.Loss()}
+    evaluator = Model(fp32_net, loss_fn=loss_fn(), metrics=metrics)
     used = {
         "amp_level_used": level,
         "loss_scale_type_used": scale_type,

@@ -36,6 +36,7 @@ def run(cfg) -> dict:
     from models import build_model
     from runner.amp import build_trainer
     from runner.checkpoints import Checkpointer, find_resume, restore
+    from runner.eval_metrics import as_metrics, evaluation_metrics
     from runner.loggers import build_logger
     from runner.monitor import RunMonitor
     from runner.nan_guard import attach
@@ -46,7 +47,10 @@ def run(cfg) -> dict:
     mode = cfg.mode.name.name
     rank, world = distributed.init(cfg)
     batch = distributed.local_batch(cfg, world)
-    data = build_data(cfg.data, cfg.padding, batch, cfg.seed, shard=(world, rank) if world > 1 else None)
+    shard = (world, rank) if world > 1 else None
+    data = build_data(
+        cfg.data, cfg.padding, batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
+    )
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
     # MindSpore 2.10's Model.train silently trains without sink on CPU (train/model.py), reading
@@ -59,8 +63,17 @@ def run(cfg) -> dict:
         )
     total_steps, train_epochs, sink_size = plan_steps(cfg, data.steps_per_epoch, sink)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, total_steps)
+    num_outputs = cfg.model.num_classes or data.num_classes
     model, step_cell, evaluator, amp_used = build_trainer(
-        net, cfg.amp, optimizer, mode, target, run_dir, grad_stats=cfg.diagnose.enabled
+        net,
+        cfg.amp,
+        optimizer,
+        mode,
+        target,
+        run_dir,
+        grad_stats=cfg.diagnose.enabled,
+        label_smoothing=cfg.loss.label_smoothing,
+        metrics=evaluation_metrics(num_outputs),
     )
     if amp_used["amp_level_used"] != "O0" and target == "CPU":
         log.warning(
@@ -106,12 +119,15 @@ def run(cfg) -> dict:
     metrics = {
         "val_accuracy": float(val["accuracy"]) if val else None,
         "val_loss": float(val["loss"]) if val else None,
+        **as_metrics(val),
         "final_loss": float(losses[-1]),
         "loss_curve": losses.tolist(),
         **monitor.timing(),
         "compile_count": compiles,
         **shapes.metrics(compiles),
         "padding": data.padding,
+        "augment": data.augment,
+        "label_smoothing": cfg.loss.label_smoothing,
         "skipped_samples": data.skipped_samples,
         "peak_host_memory_mb": report.peak_rss_mb(),
         **watch.metrics(),

@@ -88,6 +88,7 @@ class DataConfig:
     on_bad_sample: BadSample = (
         BadSample.error
     )  # imagefolder: a file that cannot be decoded stops the run, or is skipped
+    mirrorable: bool = True  # false: a horizontal flip changes what an image means (digits); augment.hflip is refused
 
 
 @dataclass
@@ -163,6 +164,51 @@ class LadderConfig:
     large_batch_size: int = 128  # the "larger batch" rung and after
 
 
+# ---- augmentation and the training loss's labels -------------------------------------------------
+class AugmentName(str, Enum):
+    none = "none"
+    basic = "basic"
+    randaugment = "randaugment"
+    autoaugment = "autoaugment"
+    trivialaugment = "trivialaugment"
+
+
+class AutoAugmentPolicy(str, Enum):
+    imagenet = "imagenet"
+    cifar10 = "cifar10"
+    svhn = "svhn"
+
+
+@dataclass
+class MixConfig:
+    alpha: float = 0.0  # Beta(alpha, alpha) mixing strength; 0 = off
+    prob: float = 1.0  # share of training batches mixed
+
+
+@dataclass
+class AugmentConfig:
+    """Training-only augmentation (datasets/augment.py); evaluation data is never augmented."""
+
+    name: AugmentName = MISSING
+    crop_padding: int = 0  # random crop back to the input size after padding each side this many pixels
+    hflip: Optional[bool] = None  # null: on where data.mirrorable, except augment=none
+    affine_degrees: float = 0.0  # random rotation within +-degrees
+    affine_translate: float = 0.0  # random shift within +-this fraction of the side
+    affine_scale: float = 0.0  # random zoom within 1 +- this
+    randaugment_num_ops: int = 2  # randaugment only
+    randaugment_magnitude: int = 9  # randaugment only, 0..num_magnitude_bins-1
+    num_magnitude_bins: int = 31  # randaugment, trivialaugment
+    autoaugment_policy: AutoAugmentPolicy = AutoAugmentPolicy.imagenet  # autoaugment only
+    erasing_prob: float = 0.0  # random erasing: the chance that an image gets a rectangle set to 0
+    mixup: MixConfig = field(default_factory=MixConfig)
+    cutmix: MixConfig = field(default_factory=MixConfig)
+
+
+@dataclass
+class LossConfig:
+    label_smoothing: float = 0.0  # training loss only; evaluation reports plain cross entropy
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -189,6 +235,8 @@ class Config:
     # issue 4 (measurement): see the block above.
     logger: LoggerConfig = MISSING
     ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
+    augment: AugmentConfig = MISSING
+    loss: LossConfig = field(default_factory=LossConfig)
 
 
 def register() -> None:

@@ -4,7 +4,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.errors import ConfigError
-from runner.schema import Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
+from runner.schema import AugmentConfig, Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
 
 # hydra.utils.instantiate may build only the project's own classes or MindSpore's.
 ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
@@ -57,6 +57,17 @@ USES = {
         {"none": set(), "fixed": {"init", "drop_overflow_update"}, "dynamic": {"init", "factor", "window"}},
     ),
     "optim": ("optim.schedule", ("min_lr",), {"constant": set(), "cosine": {"min_lr"}}),
+    "augment": (
+        "augment",
+        ("randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins", "autoaugment_policy"),
+        {
+            "none": set(),
+            "basic": set(),
+            "randaugment": {"randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins"},
+            "autoaugment": {"autoaugment_policy"},
+            "trivialaugment": {"num_magnitude_bins"},
+        },
+    ),
 }
 
 
@@ -119,6 +130,7 @@ def _problems(cfg):
         ("data", cfg.data, DataConfig(), cfg.data.name.name),
         ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type.name),
         ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule.name),
+        ("augment", cfg.augment, AugmentConfig(), cfg.augment.name.value),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -139,6 +151,43 @@ def _problems(cfg):
         yield f"optim.min_lr must be between 0 and optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
     if cfg.data.name.name in ("imagefolder", "cifar10") and not cfg.data.root:
         yield f"data={cfg.data.name.name} needs data.root"
+    yield from _augment_problems(cfg)
+
+
+def _augment_problems(cfg):
+    """Out-of-range augmentation and loss values, and augmentations the run's data or shapes forbid."""
+    a = cfg.augment
+
+    def within(name, value, lo, hi, hi_open=False):
+        if not (lo <= value < hi if hi_open else lo <= value <= hi):
+            yield f"{name} must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value}"
+
+    yield from within("augment.crop_padding", a.crop_padding, 0, float("inf"))
+    yield from within("augment.affine_degrees", a.affine_degrees, 0, 180)
+    yield from within("augment.affine_translate", a.affine_translate, 0, 1)
+    yield from within("augment.affine_scale", a.affine_scale, 0, 1, hi_open=True)
+    yield from within("augment.erasing_prob", a.erasing_prob, 0, 1)
+    yield from within("augment.randaugment_num_ops", a.randaugment_num_ops, 0, float("inf"))
+    yield from within("augment.num_magnitude_bins", a.num_magnitude_bins, 2, float("inf"))
+    yield from within("augment.randaugment_magnitude", a.randaugment_magnitude, 0, a.num_magnitude_bins, hi_open=True)
+    yield from within("loss.label_smoothing", cfg.loss.label_smoothing, 0, 1, hi_open=True)
+    for mix in ("mixup", "cutmix"):
+        m = a[mix]
+        yield from within(f"augment.{mix}.alpha", m.alpha, 0, float("inf"))
+        yield from within(f"augment.{mix}.prob", m.prob, 0, 1)
+        if m.alpha == 0 and m.prob != 1.0:
+            yield f"augment.{mix}.prob={m.prob} does nothing while augment.{mix}.alpha is 0 (off); set the alpha too"
+    if a.crop_padding > 0 and cfg.padding.name.name != "fixed":
+        yield (
+            f"augment.crop_padding={a.crop_padding} crops back to one input size, which needs padding=fixed "
+            f"(padding={cfg.padding.name.name} keeps each image's own size); set augment.crop_padding=0"
+        )
+    if a.hflip and not cfg.data.mirrorable:
+        yield (
+            f"augment.hflip=true mirrors images, but data={cfg.data.name.name} is declared not mirrorable "
+            "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
+            "data.mirrorable=true if mirrored images keep their labels"
+        )
 
 
 def validate(cfg) -> None:
