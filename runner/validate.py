@@ -177,14 +177,14 @@ def _augment_problems(cfg):
         yield from within(f"augment.{mix}.prob", m.prob, 0, 1)
         if m.alpha == 0 and m.prob != 1.0:
             yield f"augment.{mix}.prob={m.prob} does nothing while augment.{mix}.alpha is 0 (off); set the alpha too"
-    if a.crop_padding > 0 and cfg.padding.name.name != "fixed":
+    if a.crop_padding > 0 and cfg.padding.name.value != "fixed":
         yield (
             f"augment.crop_padding={a.crop_padding} crops back to one input size, which needs padding=fixed "
-            f"(padding={cfg.padding.name.name} keeps each image's own size); set augment.crop_padding=0"
+            f"(padding={cfg.padding.name.value} keeps each image's own size); set augment.crop_padding=0"
         )
     if a.hflip and not cfg.data.mirrorable:
         yield (
-            f"augment.hflip=true mirrors images, but data={cfg.data.name.name} is declared not mirrorable "
+            f"augment.hflip=true mirrors images, but data={cfg.data.name.value} is declared not mirrorable "
             "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
             "data.mirrorable=true if mirrored images keep their labels"
         )

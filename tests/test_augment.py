@@ -100,6 +100,19 @@ def test_mirrorable_rgb_folder_flips_and_has_no_top5(tmp_path):
 
 
 @pytest.mark.slow
+def test_label_smoothing_changes_the_training_loss_only(tmp_path):
+    run_cli(tmp_path, "loss.label_smoothing=0,0.3", "hydra/launcher=basic", *TINY, multirun=True)
+    plain, smooth = metrics(tmp_path / "0"), metrics(tmp_path / "1")
+    assert (plain["label_smoothing"], smooth["label_smoothing"]) == (0.0, 0.3)
+    # Same seed, weights and first batch: only the targets differ. A smoothed target keeps the loss
+    # away from 0 (its floor is the targets' entropy, 1.18 nats for 0.3 over 10 classes).
+    assert smooth["loss_curve"][0] != plain["loss_curve"][0]
+    assert smooth["final_loss"] > 1.17 > plain["final_loss"]
+    # Evaluation reads plain cross entropy on hard labels either way.
+    assert smooth["val_accuracy"] > 0.5 and plain["val_accuracy"] > 0.5
+
+
+@pytest.mark.slow
 def test_augmented_runs_repeat_from_the_seed_and_resume_exactly(tmp_path):
     args = ["epochs=2", *[o for o in TINY if not o.startswith("epochs=")], *ALL_RANDOM]
     a, b, other, resumed = (tmp_path / n for n in ("a", "b", "other", "resumed"))
