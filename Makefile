@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-all lint format bench clean
+.PHONY: run test test-slow test-all lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
 
 test-all: $(STAMP)
 	$(PY) -m pytest -m ''

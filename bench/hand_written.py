@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")  # what the runner does on CPU (DESIGN.md fact 1)
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")  # what the runner does on CPU (docs/mindspore-notes.md#cpu-isa)
 
 import mindspore as ms  # noqa: E402
 import mindspore.dataset as ds  # noqa: E402
@@ -49,7 +49,7 @@ def main():
     data = ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=True)
     data = data.map(ops, "image", num_parallel_workers=2).batch(a.batch, drop_remainder=True)
     net = resnet(style="cifar", depth=a.depth, width=a.width, num_classes=10, in_channels=3, image_size=a.size)
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    loss = nn.CrossEntropyLoss(reduction="mean")  # the loss the runner trains with
     opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9, weight_decay=1e-4)
     cb = StepTimes()
     Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)).train(1, data, callbacks=[cb], dataset_sink_mode=False)

@@ -1,131 +1,18 @@
-"""MindSpore input pipelines built from the `data` and `padding` groups; the public surface is build_data."""
+"""MindSpore input pipelines from plain settings (`datasets.settings`); usable without the runner.
 
-import logging
-from dataclasses import dataclass
+Importing the package is cheap: MindSpore loads only when a pipeline is built, so a caller can set
+the oneDNN environment first (docs/mindspore-notes.md#cpu-isa).
+"""
 
-import mindspore.dataset as ds
-import mindspore.dataset.vision as V
+from datasets.errors import DataConfigError, DataError
+from datasets.settings import AugmentConfig, DataConfig, PaddingConfig
 
-from datasets import augment as A
-from datasets import padding as P
-from datasets.sources import SOURCES, DataError
-from runner.errors import ConfigError
-from runner.schema import PaddingConfig
-from runner.validate import check_padding
-
-__all__ = ["build_data", "Data", "DataError"]
-
-log = logging.getLogger("runner")
+__all__ = ["build_data", "Data", "AugmentConfig", "DataConfig", "PaddingConfig", "DataError", "DataConfigError"]
 
 
-@dataclass
-class Data:
-    train: ds.Dataset
-    val: ds.Dataset
-    num_classes: int
-    channels: int
-    height: int  # a representative input size (the median training sample's, as the network sees it)
-    width: int
-    train_size: int
-    val_size: int
-    steps_per_epoch: int
-    padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
-    skipped_samples: list  # files that could not be decoded, left out under data.on_bad_sample=skip
-    augment: dict = None  # datasets.augment.describe: what training applies
+def __getattr__(name):
+    if name in ("build_data", "Data"):
+        from datasets import pipeline
 
-
-def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=()):
-    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says, then augmented."""
-    ops = []
-    if cfg.channels == 1 and channels_on_disk == 3:
-        ops.append(V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY))
-    elif cfg.channels == 3 and channels_on_disk == 1:
-        ops.append(V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB))
-    # ToTensor makes CHW, also from the 2-D arrays grayscale conversion leaves.
-    # Augmentation after the resize: crops and affines work at the size the network sees.
-    return ops + P.sample_ops(padding, sizes) + list(augment_ops) + [V.ToTensor()]
-
-
-def _batch_ops(cfg):
-    """Ops on whole batches, after any padding, so padded pixels hold `fill` in every channel."""
-    ops = [V.Normalize(list(cfg.mean), list(cfg.std), is_hwc=False)]
-    if cfg.input_scale != 1.0:  # data.input_scale: a reproducible FP16 overflow (issue 3), off by default
-        ops.append(V.Rescale(cfg.input_scale, 0.0))
-    return ops
-
-
-def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=None, label_depth=None) -> Data:
-    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
-
-    shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
-    augment: the `augment` settings (datasets/augment.py), applied to the training pipeline only.
-    label_depth: the width of one-hot labels when batches are mixed (the network's outputs);
-    None: the data's class count.
-    """
-    check_padding(padding, PaddingConfig())  # also in runner/validate.py; build_data may be called alone
-    if shard is not None and padding.name.name != "fixed":
-        # Each rank would form its own buckets from its own samples, so ranks could run different
-        # numbers of steps and wait for each other forever at the gradient all-reduce.
-        raise ConfigError(
-            f"padding={padding.name.name} cannot be used with data parallel training: ranks would run "
-            "different numbers of steps. Use padding=fixed."
-        )
-    ds.config.set_seed(seed)
-    src = SOURCES[cfg.name.name](cfg, seed)
-    if shard is not None:
-        src.train.use_sampler(ds.DistributedSampler(shard[0], shard[1], shuffle=False))
-    if src.skipped:
-        log.warning(
-            "data.on_bad_sample=skip: %d unreadable image(s) left out, e.g. %s", len(src.skipped), src.skipped[0]
-        )
-    workers = cfg.num_parallel_workers
-    fixed_size = (padding.height, padding.width) if padding.name.value == "fixed" else (None, None)
-    aug_args = (cfg.channels, *fixed_size, cfg.mirrorable)
-    soft = augment is not None and A.soft_labels(augment)
-    depth = label_depth or src.num_classes
-    if soft and depth < src.num_classes:
-        raise DataError(
-            f"The data has {src.num_classes} classes but the network {depth} outputs: one-hot labels for "
-            "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
-        )
-
-    def pipeline(d, sizes, train):
-        aug = A.sample_ops(augment, *aug_args) if train and augment is not None else []
-        d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes, aug), "image", num_parallel_workers=workers)
-        tensor_ops = A.tensor_ops(augment, seed) if train and augment is not None else []
-        if tensor_ops:  # one worker: its own generator must see the images in pipeline order
-            d = d.map(tensor_ops, "image", num_parallel_workers=1)
-        d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
-        d = d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
-        if train and soft:
-            d = d.map(A.one_hot(depth), "label").map(A.batch_ops(augment), ["image", "label"])
-        return d
-
-    # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
-    train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
-    val = pipeline(src.val, src.val_sizes, False)
-    # fixed: MindSpore counts its batches cheaply (and knows the shard); bucket, none: counted from
-    # the stored sizes, which saves a pass that decodes every image.
-    fixed = padding.name.name == "fixed"
-    steps = train.get_dataset_size() if fixed else P.steps_per_epoch(padding, src.train_sizes, batch_size)
-    if steps < 1:
-        sizes = P.report(padding, src.train_sizes, batch_size)["input_sizes"]
-        raise DataError(
-            f"The training set ({src.train_size} samples, {sizes} as padding={padding.name.name} shapes them) "
-            f"does not fill one batch of {batch_size}: lower batch_size, add data, or use fewer/larger buckets."
-        )
-    height, width = P.representative_size(padding, src.train_sizes)
-    return Data(
-        train,
-        val,
-        src.num_classes,
-        cfg.channels,
-        height,
-        width,
-        src.train_size,
-        src.val_size,
-        steps,
-        P.report(padding, src.train_sizes, batch_size),
-        src.skipped,
-        A.describe(augment, *aug_args) if augment is not None else None,
-    )
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'datasets' has no attribute {name!r}")

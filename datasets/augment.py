@@ -5,7 +5,7 @@ the batch, so a static graph still compiles once. Every random op draws from Min
 generators (`ds.config.set_seed`, set by `build_data`) or from a generator seeded here, so the
 augmentation stream is a function of the seed and replays identically when a resumed run replays
 its pipeline. The settings are read by attribute (the runner's `augment` node, or any object with
-the same fields), so this module does not depend on the runner.
+the same fields; datasets/settings.py types it), so this module does not depend on the runner.
 """
 
 import math
@@ -17,20 +17,15 @@ import numpy as np
 POLICIES = ("randaugment", "autoaugment", "trivialaugment")
 
 
-def _value(x):
-    """The string of an Enum member (any kind) or a plain string."""
-    return getattr(x, "value", x)
-
-
 def flip_enabled(settings, mirrorable: bool) -> bool:
     """Whether training images are mirrored: `hflip` as set, or, when null, on for data that may be mirrored."""
     if settings.hflip is not None:
         return bool(settings.hflip)
-    return mirrorable and _value(settings.name) != "none"
+    return mirrorable and str(settings.name) != "none"
 
 
 def _policy_op(settings):
-    name = _value(settings.name)
+    name = str(settings.name)
     if name == "randaugment":
         return V.RandAugment(
             num_ops=settings.randaugment_num_ops,
@@ -38,7 +33,7 @@ def _policy_op(settings):
             num_magnitude_bins=settings.num_magnitude_bins,
         )
     if name == "autoaugment":
-        return V.AutoAugment(policy=getattr(V.AutoAugmentPolicy, _value(settings.autoaugment_policy).upper()))
+        return V.AutoAugment(policy=getattr(V.AutoAugmentPolicy, str(settings.autoaugment_policy).upper()))
     if name == "trivialaugment":
         return V.TrivialAugmentWide(num_magnitude_bins=settings.num_magnitude_bins)
     return None
@@ -157,7 +152,7 @@ def describe(settings, channels: int, height: int, width: int, mirrorable: bool)
     if settings.cutmix.alpha > 0:
         mix.append({"op": "CutMixBatch", "alpha": settings.cutmix.alpha, "prob": settings.cutmix.prob})
     return {
-        "name": _value(settings.name),
+        "name": str(settings.name),
         "image_ops": [n for n in names if n != "ConvertColor"],
         "hflip": flip_enabled(settings, mirrorable),
         "batch_ops": mix,

@@ -1,7 +1,7 @@
 """Consumer of the `padding` group: the input shapes the network sees, and what they cost.
 
-A static graph compiles once per input shape (DESIGN.md fact 5), so this module decides how many
-shapes a run has:
+A static graph compiles once per input shape (docs/mindspore-notes.md#compile-per-shape), so this
+module decides how many shapes a run has:
 - `fixed`: every sample becomes height x width (one shape, one compile);
 - `bucket`: every sample is padded up to the smallest square bucket that holds it and batches are
   formed within a bucket (at most one compile per bucket);
@@ -44,10 +44,10 @@ class AspectResize:
 
 def sample_ops(padding, sizes: np.ndarray) -> list:
     """Per-sample ops on HWC uint8 images, before ToTensor."""
-    kind = padding.name.name
+    kind = padding.name
     if kind == "fixed":
         H, W = padding.height, padding.width
-        method = padding.method.name
+        method = padding.method
         if method == "resize":
             return [V.Resize((H, W))]
         if method == "crop":  # shorter side to max(H, W) covers H x W for any aspect; then the center
@@ -65,14 +65,14 @@ def sample_ops(padding, sizes: np.ndarray) -> list:
 
 def network_sizes(padding, sizes: np.ndarray):
     """Per sample: the (h, w) the network sees and the (h, w) of real image pixels inside it."""
-    kind = padding.name.name
+    kind = padding.name
     n = len(sizes)
     if kind == "none":
         return sizes, sizes
     if kind == "fixed":
         H, W = padding.height, padding.width
         seen = np.tile([[H, W]], (n, 1))
-        method = padding.method.name
+        method = padding.method
         if method == "pad":
             return seen, np.minimum(sizes, [H, W])
         if method == "resize_pad":
@@ -97,7 +97,7 @@ def batch(dataset, padding, batch_size: int, channels: int, sizes: np.ndarray, t
     Training drops incomplete batches under fixed and bucket so no batch brings a new shape; `none`
     keeps them (nothing is dropped or padded there, at the price of one more shape per size).
     """
-    kind = padding.name.name
+    kind = padding.name
     if kind == "fixed":
         return dataset.batch(batch_size, drop_remainder=train)
     if kind == "bucket":
@@ -144,7 +144,7 @@ class _ShapeIndex:
 
 def report(padding, sizes: np.ndarray, batch_size: int) -> dict:
     """What the option costs on the training set: shapes, padded pixels, samples changed or dropped per epoch."""
-    kind = padding.name.name
+    kind = padding.name
     seen, real = network_sizes(padding, sizes)
     counts = Counter((int(h), int(w)) for h, w in seen)
     total = float(np.prod(seen, axis=1).sum())
@@ -165,7 +165,7 @@ def report(padding, sizes: np.ndarray, batch_size: int) -> dict:
         "compile_budget": len(padding.buckets) if kind == "bucket" else 1,
     }
     if kind == "fixed":
-        out["method"] = padding.method.name
+        out["method"] = padding.method
     if kind == "bucket":
         out["buckets"] = list(padding.buckets)
         out["shrunk_samples"] = int(np.sum(sizes.max(axis=1) > padding.buckets[-1]))
@@ -176,6 +176,6 @@ def steps_per_epoch(padding, sizes: np.ndarray, batch_size: int) -> int:
     """Training batches per epoch, from the stored sizes (as the batching above forms them)."""
     seen, _ = network_sizes(padding, sizes)
     counts = Counter((int(h), int(w)) for h, w in seen).values()
-    if padding.name.name == "none":
+    if padding.name == "none":
         return sum(math.ceil(n / batch_size) for n in counts)
-    return sum(n // batch_size for n in counts) if padding.name.name == "bucket" else len(sizes) // batch_size
+    return sum(n // batch_size for n in counts) if padding.name == "bucket" else len(sizes) // batch_size

@@ -13,7 +13,7 @@ import mindspore.dataset.vision as V
 import numpy as np
 from mindspore import dtype as mstype
 
-from runner.errors import DataError
+from datasets.errors import DataError
 
 # Passed to ImageFolderDataset too, so the files it decodes are exactly the files measured here.
 IMAGE_EXTENSIONS = [e for ext in (".png", ".jpg", ".jpeg", ".bmp") for e in (ext, ext.upper())]
@@ -132,7 +132,7 @@ def imagefolder(cfg, seed):
     if extra:
         raise DataError(f"val/ has class folders that train/ lacks: {extra}; every val class needs training images.")
     index = {c: i for i, c in enumerate(classes)}
-    policy = cfg.on_bad_sample.name
+    policy = cfg.on_bad_sample
     # MindSpore skips a sample whose map op fails only in SKIP mode; the default raises.
     mode = ds.config.ErrorSamplesMode
     ds.config.set_error_samples_mode(mode.SKIP if policy == "skip" else mode.RETURN)

@@ -1,22 +1,17 @@
-"""Networks the runner can train; the public surface is build_model."""
+"""Networks from plain settings (`models.settings`); usable without the runner.
 
-from models.resnet import resnet
-from runner.errors import DataError
+Importing the package is cheap: MindSpore loads only when a network is built.
+"""
+
+from models.errors import ModelError
+from models.settings import ModelConfig
+
+__all__ = ["build_model", "ModelConfig", "ModelError"]
 
 
-def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
-    """Build the network named by the `model` config group for this data."""
-    if cfg.num_classes is not None and cfg.num_classes < num_classes:
-        raise DataError(
-            f"The data has {num_classes} classes (labels 0..{num_classes - 1}) but model.num_classes="
-            f"{cfg.num_classes}: labels outside the model's classes. "
-            "Set model.num_classes=null to take it from the data."
-        )
-    return resnet(
-        style=cfg.style.name,
-        depth=cfg.depth,
-        width=cfg.width,
-        num_classes=cfg.num_classes or num_classes,
-        in_channels=in_channels,
-        image_size=image_size,
-    )
+def __getattr__(name):
+    if name == "build_model":
+        from models.build import build_model
+
+        return build_model
+    raise AttributeError(f"module 'models' has no attribute {name!r}")

@@ -11,8 +11,8 @@ Why not MindSpore's built-ins alone (both read in MindSpore 2.10's sources and t
   new one under a temporary name, and it has no notion of a "best" checkpoint.
 - OnRequestExit saves on a signal only in "graceful exit" mode (MS_ENABLE_GRACEFUL_EXIT=1 and a
   `graceful_exit` Parameter in the network); otherwise it writes nothing until on_train_end and
-  without the epoch/step, which is why its directory stayed empty in DESIGN.md's try. It also
-  accepts SIGTERM only.
+  without the epoch/step, so its directory stayed empty in a try here. It also accepts SIGTERM only
+  (docs/mindspore-notes.md#checkpoint-builtins).
 So this callback saves with save_checkpoint (MindSpore's format and parameter walk) into a new file
 name, renames it into place, and records it in latest.json, also written by rename.
 """
@@ -25,8 +25,8 @@ import signal
 import numpy as np
 from mindspore.train import Callback
 
-from runner import report
 from runner.errors import ConfigError
+from runner.files import save_checkpoint, write_json
 
 log = logging.getLogger("runner")
 STATE = "latest.json"
@@ -36,7 +36,10 @@ STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named 
 class Checkpointer(Callback):
     """Saves the train cell every `every_epochs` epochs and at the step end after SIGINT/SIGTERM."""
 
-    def __init__(self, cfg, ckpt_dir: str, steps_per_epoch: int, start: dict, monitor, writer: bool = True):
+    def __init__(
+        self, cfg, ckpt_dir: str, steps_per_epoch: int, start: dict, epoch_loss, run_losses, writer: bool = True
+    ):
+        """epoch_loss() is the current epoch's mean training loss, run_losses() this process's loss per step."""
         super().__init__()
         self.cfg = cfg
         self.dir = ckpt_dir
@@ -45,11 +48,11 @@ class Checkpointer(Callback):
         self.prior_losses = list(start.get("losses", []))
         self.kept = list(start.get("kept", []))
         self.best = start.get("best")
-        self.monitor = monitor
+        self.epoch_loss = epoch_loss
+        self.run_losses = run_losses
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
         self.signum = None
         self._old_handlers = {}
-        self._epoch_start = 0  # index into monitor.outputs where the current epoch began
 
     # Python runs signal handlers between bytecodes of the main thread, so the flag is seen at the
     # next step end; the step in flight completes and the saved state is consistent.
@@ -76,18 +79,16 @@ class Checkpointer(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        start, self._epoch_start = self._epoch_start, len(self.monitor.outputs)
         if self.signum is not None or not self.cfg.every_epochs or cb.cur_epoch_num % self.cfg.every_epochs:
             return
-        losses = self.monitor.losses(start)
-        self.save(cb, best_loss=float(np.mean(losses)) if len(losses) else None)
+        self.save(cb, best_loss=self.epoch_loss())
 
     def global_step(self, cb) -> int:
         return self.start_step + cb.cur_step_num
 
     def losses(self) -> np.ndarray:
         """The loss curve of the whole run, across resumes."""
-        return np.concatenate([np.asarray(self.prior_losses, np.float32), self.monitor.losses()])
+        return np.concatenate([np.asarray(self.prior_losses, np.float32), self.run_losses()])
 
     def save(self, cb, best_loss) -> str:
         """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best."""
@@ -97,7 +98,7 @@ class Checkpointer(Callback):
         if not self.writer:
             return path
         os.makedirs(self.dir, exist_ok=True)
-        report.save_checkpoint(cb.train_network, path, append_dict={STEP_KEY: step})
+        save_checkpoint(cb.train_network, path, append_dict={STEP_KEY: step})
         if name not in self.kept:
             self.kept.append(name)
         if best_loss is not None and self.cfg.keep_best and (self.best is None or best_loss < self.best["loss"]):
@@ -117,7 +118,7 @@ class Checkpointer(Callback):
         }
         # The state names the new file before old ones go: a crash in between leaves extra files, never
         # a latest.json that points at nothing.
-        report.write_json(os.path.join(self.dir, STATE), state)
+        write_json(os.path.join(self.dir, STATE), state)
         for n in dropped:
             try:
                 os.remove(os.path.join(self.dir, n))

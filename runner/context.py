@@ -11,31 +11,32 @@ def cap_cpu_isa(device) -> dict:
     """Set ONEDNN_MAX_CPU_ISA before MindSpore loads when the target may be the CPU; return what was done.
 
     oneDNN inside MindSpore 2.10 picks a reference convolution kernel on AVX-512 CPUs, ~70x slower
-    than the AVX2 GEMM kernel it picks under the cap (DESIGN.md fact 1). A value the user set wins.
+    than the AVX2 GEMM kernel it picks under the cap (docs/mindspore-notes.md#cpu-isa). A value the
+    user set wins.
     """
     if ISA_VAR in os.environ:
         return {"value": os.environ[ISA_VAR], "set_by": "user"}
-    if device.target.name in ("gpu", "ascend") or not device.cpu_isa_cap:
+    if device.target in ("gpu", "ascend") or not device.cpu_isa_cap:
         return {"value": None, "set_by": None}
     os.environ[ISA_VAR] = device.cpu_isa_cap
     return {"value": device.cpu_isa_cap, "set_by": "runner"}
 
 
-def setup(cfg) -> str:
-    """Configure MindSpore's context (target and mode) and seed every generator; return the target."""
+def setup(device, mode, seed: int) -> str:
+    """Configure MindSpore's context (the `device` and `mode` groups) and seed every generator; return the target."""
     import mindspore as ms
 
-    kwargs = {"mode": ms.GRAPH_MODE if cfg.mode.name.name == "graph" else ms.PYNATIVE_MODE}
-    if cfg.device.target.name != "auto":
-        kwargs["device_target"] = cfg.device.target.name.upper() if cfg.device.target.name != "ascend" else "Ascend"
-        kwargs["device_id"] = cfg.device.id
+    kwargs = {"mode": ms.GRAPH_MODE if mode.name == "graph" else ms.PYNATIVE_MODE}
+    if device.target != "auto":
+        kwargs["device_target"] = device.target.upper() if device.target != "ascend" else "Ascend"
+        kwargs["device_id"] = device.id
     try:
         ms.set_context(**kwargs)
     except (RuntimeError, ValueError) as e:
         reason = str(e).strip().splitlines()[0]
         raise ConfigError(
-            f"device={cfg.device.target.name} is not usable with this MindSpore installation ({reason}). "
+            f"device={device.target} is not usable with this MindSpore installation ({reason}). "
             "Use device=auto or device=cpu, or install MindSpore's build for that device."
         ) from None
-    ms.set_seed(cfg.seed)
+    ms.set_seed(seed)
     return ms.get_context("device_target")

@@ -12,7 +12,6 @@ into the one run directory; every rank's console goes to <run_dir>/rank_logs/wor
 """
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -20,8 +19,10 @@ import socket
 import subprocess
 import sys
 
-from runner import report
 from runner.errors import ConfigError, UserError
+from runner.files import write_json
+from runner.report.metrics import RunMetrics
+from runner.report.outputs import summary_line, write_config
 
 log = logging.getLogger("runner")
 LOG_DIR = "rank_logs"
@@ -33,8 +34,9 @@ def in_msrun() -> bool:
     return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED")
 
 
-def should_launch(cfg) -> bool:
-    return cfg.distributed.mode.name == "dp" and not in_msrun()
+def should_launch(dist_cfg) -> bool:
+    """Whether this process must start msrun (data parallel asked for, and not inside msrun already)."""
+    return dist_cfg.mode == "dp" and not in_msrun()
 
 
 def free_port() -> int:
@@ -75,17 +77,17 @@ def msrun_command(cfg, run_dir: str, port: int) -> list:
     ]
 
 
-def launch(cfg, run_dir: str) -> dict:
-    """Run the config under msrun, wait, and return rank 0's metrics."""
+def launch(cfg, run_dir: str):
+    """Run the (whole) config under msrun, wait, and return rank 0's RunMetrics (None on other nodes)."""
     d = cfg.distributed
     if d.workers < 2:
         raise ConfigError(f"distributed=dp needs distributed.workers >= 2, got {d.workers}.")
     local = d.local_workers if d.local_workers is not None else d.workers
     if local < d.workers and not d.master_port:
         raise ConfigError("Several nodes need the same fixed distributed.master_port on every node.")
-    local_batch(cfg, d.workers)  # fail here, not in every rank
+    local_batch(cfg.batch_size, d.workers)  # fail here, not in every rank
     run_dir = os.path.abspath(run_dir)
-    report.write_config(run_dir, cfg)
+    write_config(run_dir, cfg)
     port = d.master_port or free_port()
     cmd = msrun_command(cfg, run_dir, port)
     env = dict(os.environ)
@@ -103,10 +105,9 @@ def launch(cfg, run_dir: str) -> dict:
             f"{os.path.join(run_dir, LOG_DIR)}. End of rank 0's log: {tail}"
         )
     if d.node_rank != 0:
-        return {"val_accuracy": None}  # node 0 holds the outputs
-    with open(metrics_path) as f:
-        metrics = json.load(f)
-    print(report.summary_line(metrics), flush=True)
+        return None  # node 0 holds the outputs
+    metrics = RunMetrics.read(metrics_path)
+    print(summary_line(metrics), flush=True)
     return metrics
 
 
@@ -117,9 +118,9 @@ def _tail(path: str, n: int = 1500) -> str:
         return f.read()[-n:]
 
 
-def init(cfg):
+def init(dist_cfg):
     """Inside msrun: join the cluster and switch MindSpore to data parallel; return (rank, world size)."""
-    if cfg.distributed.mode.name != "dp":
+    if dist_cfg.mode != "dp":
         return 0, 1
     import mindspore as ms
     from mindspore.communication import get_group_size, get_rank
@@ -130,13 +131,13 @@ def init(cfg):
     return get_rank(), get_group_size()
 
 
-def local_batch(cfg, world: int) -> int:
+def local_batch(batch_size: int, world: int) -> int:
     """batch_size is the global batch: each of `world` ranks takes an equal part of it."""
-    if cfg.batch_size % world:
+    if batch_size % world:
         raise ConfigError(
-            f"batch_size={cfg.batch_size} is the global batch and must divide evenly over distributed.workers={world}."
+            f"batch_size={batch_size} is the global batch and must divide evenly over distributed.workers={world}."
         )
-    return cfg.batch_size // world
+    return batch_size // world
 
 
 def write_rank_record(run_dir: str, rank: int, net, final_loss: float) -> None:
@@ -146,4 +147,4 @@ def write_rank_record(run_dir: str, rank: int, net, final_loss: float) -> None:
         h.update(p.name.encode())
         h.update(p.asnumpy().tobytes())
     path = os.path.join(run_dir, LOG_DIR, f"rank_{rank}.json")
-    report.write_json(path, {"rank": rank, "trainable_sha256": h.hexdigest(), "final_loss": final_loss})
+    write_json(path, {"rank": rank, "trainable_sha256": h.hexdigest(), "final_loss": final_loss})

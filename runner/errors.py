@@ -1,4 +1,8 @@
-"""Errors a user can fix: the CLI prints their message as one paragraph and exits 2, no traceback."""
+"""Errors a user can fix: the CLI prints their message as one paragraph and exits 2, no traceback.
+
+`models/` and `datasets/` raise their own error types (they never import the runner); user_errors()
+names them all for the CLI.
+"""
 
 
 class UserError(Exception):
@@ -10,7 +14,15 @@ class ConfigError(UserError):
 
 
 class DataError(UserError):
-    """A data problem: missing path, empty folder, unreadable file, bad labels."""
+    """A data problem the runner finds itself (the data layer raises datasets.DataError)."""
+
+
+def user_errors() -> tuple:
+    """Every error type whose message is meant for the user: the runner's and the lower layers' own."""
+    from datasets.errors import DataError as LayerDataError
+    from models.errors import ModelError
+
+    return (UserError, LayerDataError, ModelError)
 
 
 OOM_MARKERS = ("Memory not enough", "alloc failed", "Out of memory", "out of memory")

@@ -1,171 +1,283 @@
-"""The whole run, top to bottom: environment, data, network, trainer, training, report."""
+"""The whole run, top to bottom: environment -> build -> train -> report.
+
+Each phase takes its own slice of the config and returns a typed result; builders take their slice,
+never the whole config.
+"""
 
 import logging
 import math
 import os
+from dataclasses import dataclass
 from functools import partial
+from typing import Optional
 
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 
-from runner import distributed, report
+from runner import distributed
 from runner.context import cap_cpu_isa, setup
 from runner.errors import UserError, as_out_of_memory
-from runner.validate import validate
+from runner.report.metrics import RunMetrics
 
 log = logging.getLogger("runner")
 
 
-def plan_steps(cfg, steps_per_epoch: int, sink: bool):
-    """(total steps, Model.train epochs, sink_size): with sink on, one Model epoch is sink_size steps."""
-    total = steps_per_epoch * cfg.epochs
-    if not sink or cfg.sink.sink_size in (-1, steps_per_epoch):
-        return total, cfg.epochs, -1
-    calls = math.ceil(total / cfg.sink.sink_size)
-    return calls * cfg.sink.sink_size, calls, cfg.sink.sink_size
+@dataclass
+class Env:
+    """Where this process trains: its run directory, device, mode and place among the ranks."""
+
+    run_dir: str
+    target: str
+    mode: str
+    isa: dict
+    rank: int
+    world: int
+    batch: int  # this rank's share of batch_size
 
 
-def run(cfg) -> dict:
-    """Train and evaluate as configured; write the run directory; return the metrics."""
-    validate(cfg)
+@dataclass
+class Plan:
+    """How many steps really run, and how Model.train is called to run them."""
+
+    total_steps: int
+    train_epochs: int
+    sink: bool
+    sink_size: int
+
+
+@dataclass
+class Parts:
+    """Everything build() makes; train() and report() only use it."""
+
+    data: object  # datasets.Data
+    net: object  # the FP32 network (its parameters are the master weights)
+    make_net: object  # builds a fresh network of the same architecture (the NaN diagnosis)
+    trainer: object  # runner.amp.Trainer
+    plan: Plan
+    monitor: object
+    shapes: object
+    guarding: object  # runner.amp.guard.Guarding
+    checkpointer: object
+    logger: object
+    start: dict  # the resume state ({} for a fresh run)
+    initial_epoch: int  # Model.train's epoch to start from (resume)
+
+
+@dataclass
+class Outcome:
+    """What training produced."""
+
+    val: dict  # runner.eval_metrics.evaluation_metrics's keys, or {}
+    losses: np.ndarray  # loss per step call, across resumes
+    compiles: int
+    postmortem: Optional[dict]  # the NaN guard's record when it fired
+    failure: Optional[Exception]  # raised once the outputs are written
+
+
+def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
+    """With sink on, one Model.train epoch is sink_size steps; without, one pass over the data."""
+    total = steps_per_epoch * epochs
+    if not sink or sink_cfg.sink_size in (-1, steps_per_epoch):
+        return Plan(total, epochs, sink, -1)
+    calls = math.ceil(total / sink_cfg.sink_size)
+    return Plan(calls * sink_cfg.sink_size, calls, sink, sink_cfg.sink_size)
+
+
+def run(cfg) -> RunMetrics:
+    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics."""
     run_dir = HydraConfig.get().runtime.output_dir
-    if distributed.should_launch(cfg):
+    if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
+    env = environment(cfg, run_dir)
+    parts = build(cfg, env)
+    outcome = train(parts, env, cfg.eval)
+    return report(cfg, env, parts, outcome)
+
+
+def environment(cfg, run_dir: str) -> Env:
+    """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
+    target = setup(cfg.device, cfg.mode, cfg.seed)
+    rank, world = distributed.init(cfg.distributed)
+    if rank == 0:  # at the start, so a killed run can be resumed from its own config
+        from runner.report.outputs import write_config
+
+        write_config(run_dir, cfg)
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, distributed.local_batch(cfg.batch_size, world))
+
+
+def build(cfg, env: Env) -> Parts:
+    """Data, network, optimizer, trainer, and the callbacks that watch training."""
+    from omegaconf import OmegaConf
 
     from datasets import build_data
     from models import build_model
     from runner.amp import build_trainer
+    from runner.amp.guard import build_guard
     from runner.checkpoints import Checkpointer, find_resume, restore
-    from runner.eval_metrics import as_metrics, evaluation_metrics
-    from runner.loggers import build_logger
-    from runner.monitor import RunMonitor
-    from runner.nan_guard import attach
+    from runner.eval_metrics import evaluation_metrics
     from runner.optim import build_optimizer
-    from runner.shapes import InputShapes, compile_count
+    from runner.report.loggers import build_logger
+    from runner.report.monitor import RunMonitor
+    from runner.report.shapes import InputShapes
 
-    target = setup(cfg)
-    mode = cfg.mode.name.name
-    rank, world = distributed.init(cfg)
-    batch = distributed.local_batch(cfg, world)
-    shard = (world, rank) if world > 1 else None
+    shard = (env.world, env.rank) if env.world > 1 else None
     data = build_data(
-        cfg.data, cfg.padding, batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
+        cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
     )
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
-    # MindSpore 2.10's Model.train silently trains without sink on CPU (train/model.py), reading
-    # epochs as whole passes; say so instead of pretending, and plan the steps it will really run.
-    sink = cfg.sink.enabled and target != "CPU"
-    if cfg.sink.enabled and not sink:
+    # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
+    # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
+    if cfg.sink.enabled and env.target == "CPU":
         log.warning(
             "sink=on has no effect on CPU: MindSpore's Model.train runs without data sink there "
             "(recorded as sink.effective=false in metrics.json)."
         )
-    total_steps, train_epochs, sink_size = plan_steps(cfg, data.steps_per_epoch, sink)
-    optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, total_steps)
-    num_outputs = cfg.model.num_classes or data.num_classes
-    model, step_cell, evaluator, amp_used = build_trainer(
+    plan = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU")
+    optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
+    trainer = build_trainer(
         net,
         cfg.amp,
         optimizer,
-        mode,
-        target,
-        run_dir,
-        grad_stats=cfg.diagnose.enabled,
+        env.mode,
+        env.target,
+        env.run_dir,
+        cfg.diagnose.enabled,
         label_smoothing=cfg.loss.label_smoothing,
-        metrics=evaluation_metrics(num_outputs),
+        metrics=evaluation_metrics(cfg.model.num_classes or data.num_classes),
     )
-    if amp_used["amp_level_used"] != "O0" and target == "CPU":
+    if trainer.used.amp_level_used != "O0" and env.target == "CPU":
         log.warning(
             "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
             "it is here for numerics, not speed.",
-            amp_used["amp_level_used"],
+            trainer.used.amp_level_used,
         )
+    params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir)
+    monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger)
+    start = find_resume(cfg.resume, env.run_dir)
+    steps_per_call = plan.total_steps // plan.train_epochs
+    initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
+    ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    checkpointer = Checkpointer(
+        cfg.checkpoint, ckpt_dir, data.steps_per_epoch, start, monitor.epoch_mean_loss, monitor.losses, env.rank == 0
+    )
+    guarding = build_guard(env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every)
+    shapes = InputShapes(env.mode, data.padding["compile_budget"])
+    return Parts(
+        data, net, make_net, trainer, plan, monitor, shapes, guarding, checkpointer, logger, start, initial_epoch
+    )
 
-    logger = build_logger(cfg.logger, cfg, run_dir)
-    monitor = RunMonitor(cfg.log_every, total_steps, cfg.batch_size, logger)
-    start = find_resume(cfg.resume, run_dir)
-    initial_epoch = restore(step_cell, start, data.train, total_steps // train_epochs, total_steps) if start else 0
-    ckpt = Checkpointer(
-        cfg.checkpoint, os.path.join(run_dir, "checkpoints"), data.steps_per_epoch, start, monitor, rank == 0
-    )
-    watch, amp_callbacks = attach(cfg, run_dir, net, step_cell, amp_used)  # loss-scale trace + NaN guard
-    log.info(
-        "training %s (%s, %s) for %d steps on %s", cfg.model.name, mode, amp_used["amp_level_used"], total_steps, target
-    )
-    shapes = InputShapes(mode, data.padding["compile_budget"])
+
+def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
+    """Model.train with the callbacks in their order, then the post-mortem or the evaluation."""
+    from runner.amp.guard import postmortem
+    from runner.report.shapes import compile_count
+
+    used = p.trainer.used
+    log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
+    # Order: time the step, record its shape, trace/guard its outputs, then checkpoint what passed.
+    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, p.checkpointer]
     try:
-        model.train(
-            train_epochs,
-            data.train,
-            [monitor, shapes, *amp_callbacks, ckpt],
-            dataset_sink_mode=sink,
-            sink_size=sink_size,
-            initial_epoch=initial_epoch,
+        p.trainer.model.train(
+            p.plan.train_epochs,
+            p.data.train,
+            callbacks,
+            dataset_sink_mode=p.plan.sink,
+            sink_size=p.plan.sink_size,
+            initial_epoch=p.initial_epoch,
         )
     except (RuntimeError, MemoryError) as e:
-        oom = as_out_of_memory(e, cfg.batch_size)
+        oom = as_out_of_memory(e, env.batch)
         if oom is None:
             raise
         raise oom from None
     except OSError as e:  # a checkpoint written during training (disk full, directory gone)
-        raise UserError(f"Could not write a checkpoint in {run_dir}: {e}. Earlier checkpoints are intact.") from None
-    ckpt.exit_if_interrupted()
-    failure = watch.finish(make_net)  # None, or the error raised once the outputs are saved
+        raise UserError(
+            f"Could not write a checkpoint in {env.run_dir}: {e}. Earlier checkpoints are intact."
+        ) from None
+    p.checkpointer.exit_if_interrupted()
+    record, failure = postmortem(
+        p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
+    )
+    val = p.trainer.evaluator.eval(p.data.val, dataset_sink_mode=False) if evaluate and not failure else {}
+    compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
+    return Outcome(val, p.checkpointer.losses(), compiles, record, failure)
 
-    val = evaluator.eval(data.val, dataset_sink_mode=False) if cfg.eval and not failure else {}
-    losses = ckpt.losses()
-    compiles = compile_count(step_cell, mode, shapes)
-    metrics = {
-        "val_accuracy": float(val["accuracy"]) if val else None,
-        "val_loss": float(val["loss"]) if val else None,
-        **as_metrics(val),
-        "final_loss": float(losses[-1]),
-        "loss_curve": losses.tolist(),
-        **monitor.timing(),
-        "compile_count": compiles,
-        **shapes.metrics(compiles),
-        "padding": data.padding,
-        "augment": data.augment,
-        "label_smoothing": cfg.loss.label_smoothing,
-        "skipped_samples": data.skipped_samples,
-        "peak_host_memory_mb": report.peak_rss_mb(),
-        **watch.metrics(),
-        **amp_used,
-        "mode": mode,
-        "device_target": target,
-        "cpu_isa": isa,
-        "seed": cfg.seed,
-        "batch_size": cfg.batch_size,
-        "sink": {"requested": cfg.sink.enabled, "effective": sink, "sink_size": sink_size},
-        "train_samples": data.train_size,
-        "val_samples": data.val_size,
-        "versions": report.versions(),
-        "run_dir": run_dir,
-        "resumed_from": start.get("path"),
-        "distributed": {"workers": world, "per_rank_batch": batch},
-    }
-    if world > 1:
-        distributed.write_rank_record(run_dir, rank, net, float(losses[-1]))
-        if rank != 0:
-            return metrics  # rank 0 writes the run's outputs
-    metrics_path, ckpt_path = os.path.join(run_dir, "metrics.json"), os.path.join(run_dir, "model.ckpt")
-    try:  # the numbers first: a checkpoint that cannot be written must not take them with it
-        report.write_config(run_dir, cfg)
-        report.write_json(metrics_path, metrics)
-        if cfg.save_checkpoint and not failure:
-            report.save_checkpoint(net, ckpt_path)
-            metrics["checkpoint"] = ckpt_path
-        # FLOPs, device memory, advice, plot
-        metrics.update(report.measure(cfg, net, data, monitor, metrics, watch.scales))
-        report.write_json(metrics_path, metrics)
-        report.finish(run_dir, metrics, logger)
+
+def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
+    """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
+    from runner.amp.guard import guard_metrics
+    from runner.eval_metrics import as_metrics
+    from runner.report import outputs
+
+    return RunMetrics(
+        val_accuracy=float(o.val["accuracy"]) if o.val else None,
+        val_loss=float(o.val["loss"]) if o.val else None,
+        **as_metrics(o.val),
+        final_loss=float(o.losses[-1]),
+        loss_curve=o.losses.tolist(),
+        **p.monitor.timing(),
+        compile_count=o.compiles,
+        **p.shapes.metrics(o.compiles),
+        padding=p.data.padding,
+        augment=p.data.augment,
+        label_smoothing=cfg.loss.label_smoothing,
+        skipped_samples=p.data.skipped_samples,
+        peak_host_memory_mb=outputs.peak_rss_mb(),
+        amp_level_used=p.trainer.used.amp_level_used,
+        loss_scale_type_used=p.trainer.used.loss_scale_type_used,
+        native_loss_scale_cell=p.trainer.used.native_loss_scale_cell,
+        keep_fp32=p.trainer.used.keep_fp32,
+        loss_scale=p.guarding.trace.summary(),
+        nan_guard=guard_metrics(o.postmortem),
+        diagnose=p.guarding.grad_stats.summary() if p.guarding.grad_stats else None,
+        mode=env.mode,
+        device_target=env.target,
+        cpu_isa=env.isa,
+        seed=cfg.seed,
+        batch_size=cfg.batch_size,
+        sink={"requested": cfg.sink.enabled, "effective": p.plan.sink, "sink_size": p.plan.sink_size},
+        distributed={"workers": env.world, "per_rank_batch": env.batch},
+        train_samples=p.data.train_size,
+        val_samples=p.data.val_size,
+        versions=outputs.versions(),
+        run_dir=env.run_dir,
+        resumed_from=p.start.get("path"),
+    )
+
+
+def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
+    """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
+    from runner.report import outputs
+
+    m = collect(cfg, env, p, o)
+    if env.world > 1:
+        distributed.write_rank_record(env.run_dir, env.rank, p.net, m.final_loss)
+        if env.rank != 0:
+            return m  # rank 0 writes the run's outputs
+    scales = p.guarding.trace.scales if m.loss_scale_type_used != "none" else None  # no flat "scale = 1" panel
+    series = {**p.monitor.series(), "loss_scale": scales}
+    title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
+    save = cfg.save_checkpoint and not o.failure
+    outputs.measure(m, p.net, p.data, series)
+    if save:
+        m.checkpoint = os.path.join(env.run_dir, "model.ckpt")
+    try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
+        m.write(os.path.join(env.run_dir, "metrics.json"))
+        outputs.plot(m, series, title)
+        if save:
+            from runner.files import save_checkpoint
+
+            save_checkpoint(p.net, m.checkpoint)
+        outputs.finish(m, p.logger)
     except OSError as e:
         raise UserError(
-            f"Could not write the run's outputs in {run_dir}: {e}. Free space or choose another "
-            "hydra.run.dir; the files already there are complete."
+            f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
+            "hydra.run.dir; metrics.json and the files already there are complete."
         ) from None
-    if failure:
-        raise failure
-    print(report.summary_line(metrics), flush=True)
-    return metrics
+    if o.failure:
+        raise o.failure
+    print(outputs.summary_line(m), flush=True)
+    return m

@@ -4,16 +4,19 @@ import csv
 import json
 import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from runner import advice
+from runner.report import advice
+from runner.report.metrics import RunMetrics
 
 log = logging.getLogger(__name__)
 
-# Columns of the table, in order: (key in the row, header, format).
+# Columns of the table, in order: (RunMetrics attribute, header, format).
 COLUMNS = [
     ("val_accuracy", "accuracy", "{:.4f}"),
     ("compile_seconds", "compile s", "{:.2f}"),
@@ -28,6 +31,32 @@ COLUMNS = [
 ]
 # Keys that name the job rather than change what it measures.
 IGNORED = ("experiment_name", "ladder", "logger", "save_checkpoint", "defaults", "hydra")
+
+
+@dataclass
+class JobRow:
+    """One job of a sweep: who it is, and its metrics when it finished."""
+
+    job: object  # the job number (an int), or the directory name
+    dir: str
+    overrides: List[str]
+    status: str = "ok"  # ok | failed
+    error: str = ""
+    metrics: Optional[RunMetrics] = None
+    config: dict = field(default_factory=dict)  # flattened, without the keys that only name the job
+    label: str = ""  # the overrides that tell this job apart
+    speedup: Optional[float] = None  # throughput against the first job
+
+    def value(self, key: str):
+        """A table column: the speedup, achieved GFLOP/s, or a RunMetrics attribute."""
+        if key == "speedup":
+            return self.speedup
+        if self.metrics is None:
+            return None
+        if key == "achieved_gflops_per_s":
+            return (self.metrics.flops or {}).get("achieved_gflops_per_s")
+        return getattr(self.metrics, key)
+
 
 _failed = []
 
@@ -45,66 +74,77 @@ class SweepSummary(Callback):
         rows = collect(sweep_dir)
         if not rows:
             return
-        _failed.extend(r for r in rows if r["status"] != "ok")
+        _failed.extend(r for r in rows if r.status != "ok")
         notes = summarize(rows, sweep_dir, str(config.experiment_name))
         print(markdown(rows, notes), flush=True)
 
 
 def collect(sweep_dir: Path) -> list:
-    """One row per job directory, in job order, with the overrides that tell the jobs apart."""
+    """One JobRow per job directory, in job order, with the overrides that tell the jobs apart."""
     rows = []
     for job_dir in sweep_dir.iterdir():
         if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / "failed.json").exists()):
             continue
         rows.append(_row(job_dir))
-    rows.sort(key=lambda r: (r["job"] if isinstance(r["job"], int) else math.inf, str(r["dir"])))
-    varying = _varying_overrides([r["overrides"] for r in rows])
+    rows.sort(key=lambda r: (r.job if isinstance(r.job, int) else math.inf, r.dir))
+    varying = _varying_overrides([r.overrides for r in rows])
     for r in rows:
-        r["label"] = " ".join(o for o in r["overrides"] if o.split("=")[0] in varying) or "(same overrides)"
-    base = rows[0].get("throughput_samples_per_s") if rows[0]["status"] == "ok" else None
+        r.label = " ".join(o for o in r.overrides if o.split("=")[0] in varying) or "(same overrides)"
+    base = rows[0].value("throughput_samples_per_s")
     for r in rows:
-        thr = r.get("throughput_samples_per_s")
-        r["speedup"] = thr / base if base and thr else None
+        thr = r.value("throughput_samples_per_s")
+        r.speedup = thr / base if base and thr else None
     return rows
 
 
-def _row(job_dir: Path) -> dict:
+def _row(job_dir: Path) -> JobRow:
     hydra_dir = job_dir / ".hydra"
     overrides, num = [], job_dir.name
     if (hydra_dir / "overrides.yaml").exists():
         overrides = [o for o in OmegaConf.load(hydra_dir / "overrides.yaml") if not o.startswith("hydra.")]
     if (hydra_dir / "hydra.yaml").exists():
         num = OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num
-    row = {"job": int(num) if str(num).isdigit() else num, "dir": str(job_dir), "overrides": list(overrides)}
+    row = JobRow(int(num) if str(num).isdigit() else num, str(job_dir), list(overrides))
     metrics, failed = job_dir / "metrics.json", job_dir / "failed.json"
     if failed.exists():
         info = json.loads(failed.read_text())
-        return {**row, "status": "failed", "error": f"{info.get('error_type', 'Error')}: {info.get('error', '')}"}
+        row.status, row.error = "failed", f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
+        return row
     if not metrics.exists():
-        return {**row, "status": "failed", "error": "no metrics.json (the job did not finish)"}
-    m = json.loads(metrics.read_text())
-    m["achieved_gflops_per_s"] = (m.get("flops") or {}).get("achieved_gflops_per_s")
-    config = {}
+        row.status, row.error = "failed", "no metrics.json (the job did not finish)"
+        return row
+    row.metrics = RunMetrics.read(str(metrics))
     if (job_dir / "config.yaml").exists():
         body = OmegaConf.to_container(OmegaConf.load(job_dir / "config.yaml"))
-        config = {k: v for k, v in _flatten(body).items() if k.split(".")[0] not in IGNORED}
-    return {**row, **m, "status": "ok", "error": "", "config": config}
+        row.config = {k: v for k, v in _flatten(body).items() if k.split(".")[0] not in IGNORED}
+    return row
 
 
 def summarize(rows: list, sweep_dir: Path, title: str) -> list:
     """Write summary.csv, summary.md and summary.png; return the sweep's advice notes."""
     notes = advice.sweep_notes(rows)
     for r in rows:
-        for n in r.get("advice") or []:
-            notes.append(f"#{r['job']}: {n}")
+        for n in r.metrics.advice if r.metrics else []:
+            notes.append(f"#{r.job}: {n}")
     fields = ["job", "label", "status", *[c[0] for c in COLUMNS], "error", "overrides", "dir"]
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for r in rows:
-            writer.writerow({**r, "overrides": " ".join(r["overrides"])})
+            cells = {c[0]: r.value(c[0]) for c in COLUMNS}
+            writer.writerow(
+                {
+                    "job": r.job,
+                    "label": r.label,
+                    "status": r.status,
+                    **cells,
+                    "error": r.error,
+                    "overrides": " ".join(r.overrides),
+                    "dir": r.dir,
+                }
+            )
     (sweep_dir / "summary.md").write_text(markdown(rows, notes) + "\n")
-    from runner.plots import sweep_chart
+    from runner.report.plots import sweep_chart
 
     sweep_chart(rows, str(sweep_dir / "summary.png"), f"{title}: {sweep_dir}")
     return notes
@@ -115,11 +155,12 @@ def markdown(rows: list, notes: list) -> str:
     head = ["job", "overrides", "status", *[c[1] for c in COLUMNS]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"#{r['job']}", r["label"], r["status"] if r["status"] == "ok" else f"failed: {r['error']}"]
+        cells = [f"#{r.job}", r.label, r.status if r.status == "ok" else f"failed: {r.error}"]
         for key, _, fmt in COLUMNS:
-            v = r.get(key)
-            cells.append(fmt.format(v) if v is not None and r["status"] == "ok" else "-")
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+            v = r.value(key)
+            cells.append(fmt.format(v) if v is not None and r.status == "ok" else "-")
+        # One table row per job: a multi-line error or a pipe would break the table.
+        lines.append("| " + " | ".join(" ".join(c.split()).replace("|", "/") for c in cells) + " |")
     if notes:
         lines += ["", "Notes from the measurements:", *[f"- {n}" for n in notes]]
     return "\n".join(lines)

@@ -3,6 +3,8 @@
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from datasets.errors import DataConfigError
+from datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
 from runner.schema import AugmentConfig, Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
 
@@ -89,18 +91,14 @@ def _unused_message(section: str, kind: str, ignored: list) -> str:
 
 def check_padding(padding, defaults) -> None:
     """Raise ConfigError for impossible `padding` values and for fields the chosen option would ignore."""
-    kind = padding.name.name
+    kind = padding.name
     ignored = unused_fields("padding", padding, defaults, kind)
     if ignored:
         raise ConfigError(_unused_message("padding", kind, ignored) + ".")
-    if kind == "fixed" and (padding.height < 1 or padding.width < 1):
-        raise ConfigError(f"padding.height and padding.width must be positive, got {padding.height}x{padding.width}.")
-    if kind == "bucket":
-        b = list(padding.buckets)
-        if not b or b[0] < 1 or any(x >= y for x, y in zip(b, b[1:])):
-            raise ConfigError(f"padding.buckets must be positive, strictly increasing square sizes, got {b}.")
-    if not 0 <= padding.fill <= 255:
-        raise ConfigError(f"padding.fill is a pixel value 0..255, got {padding.fill}.")
+    try:
+        check_padding_values(padding)
+    except DataConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _plain(value):
@@ -127,10 +125,10 @@ def _problems(cfg):
     if cfg.amp.loss_scale.factor <= 1:
         yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
     for section, node, defaults, kind in (
-        ("data", cfg.data, DataConfig(), cfg.data.name.name),
-        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type.name),
-        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule.name),
-        ("augment", cfg.augment, AugmentConfig(), cfg.augment.name.value),
+        ("data", cfg.data, DataConfig(), cfg.data.name),
+        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
+        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
+        ("augment", cfg.augment, AugmentConfig(), cfg.augment.name),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -149,8 +147,8 @@ def _problems(cfg):
         yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
     if cfg.optim.min_lr < 0 or cfg.optim.min_lr > cfg.optim.lr:
         yield f"optim.min_lr must be between 0 and optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
-    if cfg.data.name.name in ("imagefolder", "cifar10") and not cfg.data.root:
-        yield f"data={cfg.data.name.name} needs data.root"
+    if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
+        yield f"data={cfg.data.name} needs data.root"
     yield from _augment_problems(cfg)
 
 
@@ -177,14 +175,14 @@ def _augment_problems(cfg):
         yield from within(f"augment.{mix}.prob", m.prob, 0, 1)
         if m.alpha == 0 and m.prob != 1.0:
             yield f"augment.{mix}.prob={m.prob} does nothing while augment.{mix}.alpha is 0 (off); set the alpha too"
-    if a.crop_padding > 0 and cfg.padding.name.value != "fixed":
+    if a.crop_padding > 0 and cfg.padding.name != "fixed":
         yield (
             f"augment.crop_padding={a.crop_padding} crops back to one input size, which needs padding=fixed "
-            f"(padding={cfg.padding.name.value} keeps each image's own size); set augment.crop_padding=0"
+            f"(padding={cfg.padding.name} keeps each image's own size); set augment.crop_padding=0"
         )
     if a.hflip and not cfg.data.mirrorable:
         yield (
-            f"augment.hflip=true mirrors images, but data={cfg.data.name.value} is declared not mirrorable "
+            f"augment.hflip=true mirrors images, but data={cfg.data.name} is declared not mirrorable "
             "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
             "data.mirrorable=true if mirrored images keep their labels"
         )

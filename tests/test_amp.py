@@ -1,7 +1,7 @@
 """Mixed precision you can trust: FP32 islands, the loss-scale trace, the NaN guard and its diagnosis.
 
 The fault: data.input_scale=1e5 puts inputs above FP16's largest value (65504), so under O2/O3 the
-network's first layer goes non-finite (DESIGN.md fact 11).
+network's first layer goes non-finite (docs/mindspore-notes.md#fp16-input-cast).
 """
 
 import csv
@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from conftest import metrics, run_cli
 
-os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")  # before MindSpore loads in this process (DESIGN.md 1)
+os.environ.setdefault(
+    "ONEDNN_MAX_CPU_ISA", "AVX2"
+)  # before MindSpore loads in this process (docs/mindspore-notes.md#cpu-isa)
 FAULT = ["data.input_scale=1e5", "diagnose.patience=3"]
 
 
@@ -24,12 +26,14 @@ def _loss_and_bad_grads(mode, level, keep, only_to_float=False):
 
     from models.resnet import resnet
     from runner.amp import loss_fn, wrap_amp
-    from runner.train_step import FP32Logits, ScaledTrainStep
+    from runner.amp.train_step import FP32Logits, ScaledTrainStep
 
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
     ms.set_seed(0)
     net = resnet("cifar", 8, 4, 10, 1, 8)
-    if only_to_float:  # what DESIGN.md fact 11 tried: the cell alone, with no care for its inputs
+    if (
+        only_to_float
+    ):  # what was tried first (docs/mindspore-notes.md#fp16-input-cast): the cell alone, with no care for its inputs
         amp_net = wrap_amp(net, level, [], ".")
         net.stem.to_float(ms.float32)
     else:
@@ -57,6 +61,7 @@ def _loss_and_bad_grads(mode, level, keep, only_to_float=False):
     return float(loss.asnumpy()), bad, dtypes
 
 
+@pytest.mark.cpu_only
 @pytest.mark.parametrize("level", ["O2", pytest.param("O3", marks=pytest.mark.slow)])
 def test_keep_fp32_keeps_the_island_and_its_inputs_fp32(level):
     _, bad, _ = _loss_and_bad_grads("graph", level, [])
@@ -73,8 +78,8 @@ def test_keep_fp32_keeps_the_island_and_its_inputs_fp32(level):
 
 def test_keep_fp32_patterns_and_typos():
     from models.resnet import resnet
+    from runner.amp.fp32_islands import match_cells
     from runner.errors import ConfigError
-    from runner.fp32_islands import match_cells
 
     net = resnet("cifar", 8, 4, 10, 1, 8)
     assert [n for n, _ in match_cells(net, ["stem"])] == ["stem"]  # descendants are covered by it
@@ -139,6 +144,7 @@ def test_trace_and_gradient_statistics(tmp_path, tiny):
     assert all(s["nonfinite"] == 0 and s["global_norm"] > 0 for s in stats if not s["overflow"])
 
 
+@pytest.mark.cpu_only
 def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
     # MindSpore's Rescale refuses factors above 2^24, so a NaN batch cannot come from the CLI's data
     # options: drive the runner's callbacks through Model.train directly, on real MindSpore.
@@ -148,9 +154,9 @@ def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
 
     from models.resnet import resnet
     from runner.amp import loss_fn
-    from runner.diagnose import GradStats
-    from runner.nan_guard import AmpWatch, NonFiniteTrainingError
-    from runner.train_step import FP32Logits, ScaledTrainStep
+    from runner.amp.diagnose import GradStats
+    from runner.amp.guard import LossScaleTrace, NanGuard, NonFiniteTrainingError, postmortem
+    from runner.amp.train_step import FP32Logits, ScaledTrainStep
 
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
     net = resnet("cifar", 8, 4, 10, 1, 8)
@@ -159,12 +165,12 @@ def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
     x = np.random.RandomState(0).rand(12, 1, 8, 8).astype(np.float32)
     x[5, 0, 3, 3] = np.nan  # in the second batch of 4
     data = ds.NumpySlicesDataset((x, np.zeros(12, np.int32)), ["image", "label"], shuffle=False).batch(4)
-    watch = AmpWatch(str(tmp_path), net, "none", False, patience=3, snapshot_every=1000)
-    watch.diagnosis = ("O0", [], 2)
-    stats = GradStats(str(tmp_path), [p.name for p in opt.parameters], 1, watch)
-    Model(step).train(1, data, callbacks=[stats, watch])
-    assert watch.tripped["step"] == 2 and watch.tripped["reason"].startswith("non-finite input")
+    guard = NanGuard(net, dynamic=False, patience=3, snapshot_every=1000)
+    trace = LossScaleTrace(str(tmp_path / "loss_scale.csv"), "none", False, listeners=[guard.check])
+    stats = GradStats(str(tmp_path), [p.name for p in opt.parameters], 1, on_bad_input=guard.trip)
+    Model(step).train(1, data, callbacks=[stats, trace])
+    assert guard.tripped.step == 2 and guard.tripped.reason.startswith("non-finite input")
     assert len(list(csv.DictReader(open(tmp_path / "loss_scale.csv")))) == 2  # stopped after that step
-    err = watch.finish(lambda: resnet("cifar", 8, 4, 10, 1, 8))
+    _, err = postmortem(guard, lambda: resnet("cifar", 8, 4, 10, 1, 8), str(tmp_path), "O0", [], 2)
     assert isinstance(err, NonFiniteTrainingError) and "1 non-finite values: check the data" in str(err)
     assert stats.summary()["nonfinite_input_batches"] == 1

@@ -5,15 +5,12 @@ import math
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
-from hydra import compose, initialize_config_dir
+from conftest import TINY, compose_cfg, metrics, run_cli
 from omegaconf import OmegaConf
 
 from runner.errors import ConfigError
-from runner.schema import register
 from runner.validate import validate
 
-register()
 POLICIES = ["none", "basic", "randaugment", "autoaugment", "trivialaugment"]
 # Every random draw of the pipeline at once: image policy, crop, erasing, and batch mixing.
 ALL_RANDOM = [
@@ -26,14 +23,9 @@ ALL_RANDOM = [
 ]
 
 
-def _compose(*overrides):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
 def _settings(**changes):
     """The `augment` node of a composed config, with changes (as the runner hands it to datasets/)."""
-    cfg = _compose(f"augment={changes.pop('name', 'none')}")
+    cfg = compose_cfg(f"augment={changes.pop('name', 'none')}")
     for key, value in changes.items():
         OmegaConf.update(cfg, f"augment.{key}", value)
     return cfg.augment
@@ -150,7 +142,7 @@ def test_augmented_runs_repeat_from_the_seed_and_resume_exactly(tmp_path):
 )
 def test_conflicts_and_bad_values_are_refused(overrides, message):
     with pytest.raises(ConfigError) as err:
-        validate(_compose(*overrides))
+        validate(compose_cfg(*overrides))
     assert message in str(err.value)
 
 
@@ -163,7 +155,7 @@ def test_refusal_is_one_paragraph_on_the_cli(tmp_path):
 def test_mixed_labels_need_room_for_every_class():
     from datasets import DataError, build_data
 
-    cfg = _compose("augment.mixup.alpha=1.0", "padding.height=8", "padding.width=8")
+    cfg = compose_cfg("augment.mixup.alpha=1.0", "padding.height=8", "padding.width=8")
     with pytest.raises(DataError, match="10 classes but the network 8 outputs"):
         build_data(cfg.data, cfg.padding, 32, 0, augment=cfg.augment, label_depth=8)
 
@@ -171,7 +163,7 @@ def test_mixed_labels_need_room_for_every_class():
 def test_training_batches_carry_mixed_labels_and_validation_hard_ones():
     from datasets import build_data
 
-    cfg = _compose("augment.mixup.alpha=1.0", "padding.height=8", "padding.width=8")
+    cfg = compose_cfg("augment.mixup.alpha=1.0", "padding.height=8", "padding.width=8")
     data = build_data(cfg.data, cfg.padding, 32, 0, augment=cfg.augment)
     x, y = next(data.train.create_tuple_iterator(num_epochs=1, output_numpy=True))
     assert x.shape == (32, 1, 8, 8) and y.shape == (32, 10) and y.dtype == np.float32

@@ -4,36 +4,28 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
-from hydra import compose, initialize_config_dir
+from conftest import REPO, compose_cfg
 from omegaconf import OmegaConf
 
-from runner.schema import register
 from runner.validate import validate
 
-register()
 GROUPS = sorted(p.name for p in (REPO / "conf").iterdir() if p.is_dir() and p.name not in ("experiment", "hydra"))
 OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((REPO / "conf" / g).glob("*.yaml"))]
 ADDED = {"ladder"}  # groups outside the defaults list: composed with `+group=option`
-
-
-def _compose(overrides):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 @pytest.mark.parametrize("group,option", OPTIONS)
 def test_every_option_composes(group, option):
     extra = ["data.root=/tmp"] if (group, option) in {("data", "imagefolder"), ("data", "cifar10")} else []
     extra += ["+experiment=ladder"] if group == "ladder" else []  # the rungs read the ladder's batch sizes
-    cfg = _compose([f"{'+' if group in ADDED else ''}{group}={option}", *extra])
+    cfg = compose_cfg(*[f"{'+' if group in ADDED else ''}{group}={option}", *extra])
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # nothing left MISSING
     validate(cfg)  # and every shipped option passes the runner's own checks
 
 
 def test_every_experiment_composes():
     for f in sorted((REPO / "conf" / "experiment").glob("*.yaml")):
-        cfg = _compose([f"+experiment={f.stem}"])
+        cfg = compose_cfg(*[f"+experiment={f.stem}"])
         assert cfg.experiment_name == f.stem
         validate(cfg)
 

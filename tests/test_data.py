@@ -2,31 +2,10 @@
 
 import numpy as np
 import pytest
-from conftest import REPO
-from hydra import compose, initialize_config_dir
+from conftest import batches, build
 from imagegen import fake_cifar10, solid_folder
 
-from runner.errors import DataError
-from runner.schema import register
-
-register()
-
-
-def compose_cfg(*overrides):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
-def build(*overrides):
-    from datasets import build_data
-
-    cfg = compose_cfg(*overrides)
-    return build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed)
-
-
-def batches(dataset):
-    return list(dataset.create_tuple_iterator(output_numpy=True))
-
+from datasets import DataError
 
 # Identity normalization: pipeline outputs are pixel / 255, easy to compare with what was written.
 RAW3 = ["data.mean=[0,0,0]", "data.std=[1,1,1]"]

@@ -8,6 +8,7 @@ from conftest import TINY, metrics, run_cli
 ARGS = [o for o in TINY if not o.startswith("epochs=")] + ["epochs=2"]
 
 
+@pytest.mark.cpu_only
 @pytest.mark.slow
 def test_two_workers_agree_and_match_single_process(tmp_path):
     one, dp = tmp_path / "one", tmp_path / "dp"

@@ -13,10 +13,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from runner.errors import ConfigError
-from runner.schema import register
 from runner.validate import validate
-
-register()
 
 
 def cli(*args, timeout=120):

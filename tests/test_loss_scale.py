@@ -9,7 +9,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from mindspore import Tensor, nn  # noqa: E402
 
-from runner.train_step import FP32Logits, ScaledTrainStep  # noqa: E402
+from runner.amp.train_step import FP32Logits, ScaledTrainStep  # noqa: E402
 
 
 def _step(scale_type, init, window=1000, drop=False, mode=ms.GRAPH_MODE):

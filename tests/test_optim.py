@@ -3,18 +3,13 @@
 import math
 
 import pytest
-from conftest import REPO
-from hydra import compose, initialize_config_dir
+from conftest import compose_cfg
 
 from runner.optim import build_optimizer, lr_schedule
-from runner.schema import register
-
-register()
 
 
 def optim_cfg(*overrides):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides)).optim
+    return compose_cfg(*overrides).optim
 
 
 def test_constant_schedule():

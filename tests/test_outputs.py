@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import metrics, run_cli
+from conftest import REPO, metrics, run_cli
 from omegaconf import OmegaConf
 
 
@@ -27,8 +27,9 @@ def test_checkpoint_round_trip(tmp_path, tiny, amp):
 
     from datasets import build_data
     from models import build_model
+    from runner.amp import loss_fn
+    from runner.amp.train_step import FP32Logits
     from runner.schema import Config
-    from runner.train_step import FP32Logits
 
     run_cli(tmp_path, f"amp={amp}", *tiny)
     m = metrics(tmp_path)
@@ -44,9 +45,37 @@ def test_checkpoint_round_trip(tmp_path, tiny, amp):
     assert all(p.dtype == ms.float32 for p in params.values())  # FP32 master weights, also after O2
     not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
     assert not not_loaded
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    acc = Model(FP32Logits(net), loss_fn=loss, metrics={"accuracy": nn.Accuracy()}).eval(data.val)["accuracy"]
+    acc = Model(FP32Logits(net), loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy()}).eval(data.val)["accuracy"]
     if amp == "o0":
         assert acc == m["val_accuracy"]
     else:  # the run evaluated in FP16; the checkpoint evaluates in FP32
         assert abs(acc - m["val_accuracy"]) <= 0.02
+
+
+def _documented_metrics() -> dict:
+    """key -> unit/meaning from the README's metrics.json table."""
+    text = (REPO / "README.md").read_text()
+    table = text.split("<!-- metrics.json contract -->", 2)[1]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+    return {cells[1].strip().strip("`"): cells[3].strip() for cells in rows}
+
+
+def test_metrics_json_follows_the_documented_contract(tiny_run):
+    import dataclasses
+    import typing
+
+    from runner.report.metrics import RunMetrics
+
+    m = metrics(tiny_run)
+    fields = {f.name: f.type for f in dataclasses.fields(RunMetrics)}
+    documented = _documented_metrics()
+    # The file, the record and the README name the same keys, each documented with its meaning.
+    assert set(m) == set(fields) == set(documented), (set(m) ^ set(fields)) | (set(fields) ^ set(documented))
+    assert all(documented.values())
+    for key, kind in fields.items():
+        allowed = typing.get_args(kind) if typing.get_origin(kind) is typing.Union else (kind,)
+        plain = tuple(
+            {list: list, dict: dict}.get(typing.get_origin(t) or t, typing.get_origin(t) or t) for t in allowed
+        )
+        plain += (int,) if float in plain else ()  # JSON writes 2.0 as 2.0 but a whole count may be an int
+        assert isinstance(m[key], tuple(t if t is not type(None) else type(None) for t in plain)), (key, m[key])

@@ -2,9 +2,8 @@
 
 import numpy as np
 import pytest
-from conftest import metrics, run_cli
+from conftest import batches, build, compose_cfg, metrics, run_cli
 from imagegen import digit_folder, solid_folder
-from test_data import batches, build, compose_cfg
 
 from runner.errors import ConfigError
 
@@ -88,10 +87,10 @@ def test_padding_mistakes_raise_config_error(overrides, message):
 
 
 def test_bucket_and_none_refuse_data_parallel_shards():
-    from datasets import build_data
+    from datasets import DataConfigError, build_data
 
     cfg = compose_cfg("padding=bucket")
-    with pytest.raises(ConfigError, match="data parallel"):
+    with pytest.raises(DataConfigError, match="data parallel"):
         build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed, shard=(2, 0))
 
 

@@ -77,8 +77,7 @@ def test_rotation_keeps_last_n_and_best(tmp_path):
     from runner.checkpoints import Checkpointer
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
-    monitor = SimpleNamespace(outputs=[], losses=lambda: np.zeros(0, np.float32))
-    ck = Checkpointer(cfg, str(tmp_path), steps_per_epoch=10, start={}, monitor=monitor)
+    ck = Checkpointer(cfg, str(tmp_path), 10, {}, epoch_loss=lambda: None, run_losses=lambda: np.zeros(0, np.float32))
     net = nn.Dense(2, 2)
     for step, loss in zip((10, 20, 30, 40), (1.0, 0.5, 0.7, 0.8)):
         ck.save(SimpleNamespace(train_network=net, cur_step_num=step), best_loss=loss)
@@ -100,8 +99,7 @@ def test_keep_best_off_keeps_only_the_last(tmp_path):
     from runner.checkpoints import Checkpointer
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, on_signal=True)
-    monitor = SimpleNamespace(outputs=[], losses=lambda: np.zeros(0, np.float32))
-    ck = Checkpointer(cfg, str(tmp_path), steps_per_epoch=10, start={}, monitor=monitor)
+    ck = Checkpointer(cfg, str(tmp_path), 10, {}, epoch_loss=lambda: None, run_losses=lambda: np.zeros(0, np.float32))
     for step, loss in zip((10, 20, 30), (0.1, 0.5, 0.7)):
         ck.save(SimpleNamespace(train_network=nn.Dense(2, 2), cur_step_num=step), best_loss=loss)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step_00000030.ckpt"]

@@ -5,8 +5,24 @@ import math
 import pytest
 from conftest import metrics, run_cli
 
+# The default configuration at TINY size, seed 0, measured on MindSpore 2.10.0 CPU (graph, O0): the loss
+# at steps 1, 11, 22, 33 and 44 of the one epoch, and the validation result. A change to the data
+# order, the initialisation, the loss or the train step moves these well beyond the tolerance.
+PINNED_LOSS = {1: 2.41158, 11: 0.69212, 22: 0.59775, 33: 0.24143, 44: 0.08048}
+PINNED_VAL = {"val_accuracy": 0.96100, "val_loss": 0.15560}
 
-@pytest.mark.parametrize("mode", ["graph", "pynative", "jit"])
+
+@pytest.mark.cpu_only
+def test_one_epoch_loss_curve_is_pinned(tiny_run):
+    m = metrics(tiny_run)
+    assert m["steps"] == len(m["loss_curve"]) == 44 and m["compile_count"] == 1
+    for step, loss in PINNED_LOSS.items():
+        assert m["loss_curve"][step - 1] == pytest.approx(loss, abs=2e-4), (step, m["loss_curve"][step - 1])
+    for key, value in PINNED_VAL.items():
+        assert m[key] == pytest.approx(value, abs=2e-4), key
+
+
+@pytest.mark.parametrize("mode", ["pynative", "jit"])  # graph: the pinned test above
 def test_each_mode_trains(tmp_path, tiny, mode):
     run_cli(tmp_path, f"mode={mode}", *tiny)
     m = metrics(tmp_path)
@@ -41,6 +57,7 @@ def test_sink_on_trains_and_reports_what_ran(tmp_path, tiny):
     assert m["steps"] == m["train_samples"] // m["batch_size"]
 
 
+@pytest.mark.cpu_only
 def test_auto_amp_on_cpu_uses_o0(tmp_path, tiny):
     run_cli(tmp_path, "amp=auto", *tiny)
     m = metrics(tmp_path)
@@ -53,6 +70,7 @@ def test_user_isa_value_is_respected(tmp_path, tiny):
     assert metrics(tmp_path)["cpu_isa"] == {"value": "AVX512_CORE", "set_by": "user"}
 
 
+@pytest.mark.slow
 def test_default_configuration_reaches_98_percent(tmp_path):
     proc = run_cli(tmp_path)
     m = metrics(tmp_path)
@@ -70,5 +88,5 @@ def test_default_configuration_reaches_98_percent(tmp_path):
 def test_eval_off_and_no_checkpoint(tmp_path, tiny):
     run_cli(tmp_path, "eval=false", "save_checkpoint=false", *tiny)
     m = metrics(tmp_path)
-    assert m["val_accuracy"] is None and "checkpoint" not in m
+    assert m["val_accuracy"] is None and m["checkpoint"] is None
     assert not (tmp_path / "model.ckpt").exists()

@@ -1,6 +1,6 @@
 """Hydra launcher that runs every multirun job in a fresh Python process: the default for `-m`.
 
-Sweep jobs that share a process share MindSpore's warm compile caches (DESIGN.md fact 12), the
+Sweep jobs that share a process share MindSpore's warm compile caches (docs/mindspore-notes.md#warm-caches), the
 oneDNN ISA that is read once at import (a `device.cpu_isa_cap` sweep would be meaningless) and
 the process's peak RSS, so their measurements would depend on their order. Hydra's basic launcher
 runs jobs in the sweep's own process; the joblib launcher does too with n_jobs=1, and with
@@ -29,7 +29,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
-from runner.report import write_json
+from runner.files import write_json
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,9 @@ class InputShapes(Callback):
 
 
 def compile_count(step_cell, mode: str, shapes: InputShapes) -> int:
-    """Training-graph compiles: MindSpore's own record in graph mode (DESIGN.md fact 5), none in PyNative.
+    """Training-graph compiles: MindSpore's own record in graph mode, none in PyNative.
+
+    The record is the train cell's compile_cache (docs/mindspore-notes.md#compile-per-shape).
 
     Under mode=jit MindSpore keeps its compiled phases inside the jit wrapper, out of reach; a jit
     function compiles once per distinct input shape, so that count stands in for it.

@@ -13,7 +13,7 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
 
     Shapes come from forward hooks on a one-sample PyNative forward pass. Hooks do not fire in
     graph mode, so this switches to PyNative; call it after training, when the mode no longer
-    matters to the measurements (DESIGN.md fact 12).
+    matters to the measurements (docs/mindspore-notes.md#warm-caches).
     """
     import mindspore as ms
     from mindspore import Tensor, nn
@@ -86,25 +86,22 @@ def device_peak_memory_mb(target: str):
         return None
 
 
-def measure(net, data, throughput: float, target: str) -> dict:
-    """The FLOP and memory entries of metrics.json."""
+def measure(net, data, throughput: float, target: str):
+    """(the `flops` block of metrics.json, peak device memory in MiB or None)."""
     fwd = forward_flops_per_sample(net, data.channels, data.height, data.width)
     train_per_sample = TRAIN_FLOPS_PER_FORWARD * fwd["total"]
     achieved = train_per_sample * throughput / 1e9
-    out = {
-        "flops": {
-            "forward_per_sample": fwd["total"],
-            "forward_conv_per_sample": fwd["conv"],
-            "forward_dense_per_sample": fwd["dense"],
-            "train_per_sample": train_per_sample,
-            "achieved_gflops_per_s": achieved,
-            "matmul_peak_gflops_per_s": None,
-            "utilization": None,
-        },
-        "peak_device_memory_mb": device_peak_memory_mb(target),
+    flops = {
+        "forward_per_sample": fwd["total"],
+        "forward_conv_per_sample": fwd["conv"],
+        "forward_dense_per_sample": fwd["dense"],
+        "train_per_sample": train_per_sample,
+        "achieved_gflops_per_s": achieved,
+        "matmul_peak_gflops_per_s": None,
+        "utilization": None,
     }
     if target == "CPU":
         peak = matmul_peak_gflops()
-        out["flops"]["matmul_peak_gflops_per_s"] = peak
-        out["flops"]["utilization"] = achieved / peak
-    return out
+        flops["matmul_peak_gflops_per_s"] = peak
+        flops["utilization"] = achieved / peak
+    return flops, device_peak_memory_mb(target)

@@ -4,12 +4,12 @@ Why not just `cell.to_float(float32)`: under O2/O3 `auto_mixed_precision` calls 
 the whole network, so the *root* cell casts its inputs to FP16 at its entry (graph mode inserts
 that cast where the root's construct reads its arguments; PyNative sets the root's precision while
 it runs). An input above 65504 is already `inf` when it reaches a stem that is FP32 itself
-(DESIGN.md fact 11). So for every kept cell we also mark each of its *ancestors* FP32, one cell at a
-time (`Cell.add_flags`, not the recursive `to_float`): an ancestor then passes its inputs on in FP32,
-while each of its other children keeps its own FP16 flag and casts at its own entry. The FP16 part
-therefore starts at the boundary of the first FP16 cell after the island, and the island's output
-is cast to FP16 by the next FP16 cell that reads it. All of this uses MindSpore's own cell
-precision flags: no source rewriting and no strings evaluated.
+(docs/mindspore-notes.md#fp16-input-cast). So for every kept cell we also mark each of its
+*ancestors* FP32, one cell at a time (`Cell.add_flags`, not the recursive `to_float`): an ancestor
+then passes its inputs on in FP32, while each of its other children keeps its own FP16 flag and
+casts at its own entry. The FP16 part therefore starts at the boundary of the first FP16 cell after
+the island, and the island's output is cast to FP16 by the next FP16 cell that reads it. All of
+this uses MindSpore's own cell precision flags: no source rewriting and no strings evaluated.
 
 Under O1 (white-list casts inserted by MindSpore's rewrite) nothing casts at the entry; a cell whose
 precision the user set before `auto_mixed_precision` is skipped by the rewrite, so we mark the

@@ -27,18 +27,18 @@ def run_plot(series: dict, path: str, title: str) -> str:
 
 
 def sweep_chart(rows: list, path: str, title: str) -> str:
-    """Horizontal bars per job: throughput (speedup against the first job) and compile time."""
-    labels = [f"#{r['job']} {r['label']}" for r in rows]
-    thr = [r.get("throughput_samples_per_s") or 0.0 for r in rows]
-    comp = [r.get("compile_seconds") or 0.0 for r in rows]
+    """Bars per job (runner/sweep.py's JobRow): throughput (speedup against the first job) and compile time."""
+    labels = [f"#{r.job} {r.label}" for r in rows]
+    thr = [r.value("throughput_samples_per_s") or 0.0 for r in rows]
+    comp = [r.value("compile_seconds") or 0.0 for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.5 * len(rows) + 1.6), sharey=True)
     y = list(range(len(rows)))[::-1]
-    a.barh(y, thr, color=["tab:red" if r["status"] != "ok" else "tab:blue" for r in rows])
+    a.barh(y, thr, color=["tab:red" if r.status != "ok" else "tab:blue" for r in rows])
     for yi, r, t in zip(y, rows, thr):
-        text = "failed" if r["status"] != "ok" else (f"x{r['speedup']:.2f}" if r.get("speedup") else "")
+        text = "failed" if r.status != "ok" else (f"x{r.speedup:.2f}" if r.speedup else "")
         a.text(t, yi, " " + text, va="center", fontsize=8)
     a.set_yticks(y, labels, fontsize=8)
-    a.set_xlabel(f"throughput (samples/s); xN = speedup vs job #{rows[0]['job']}")
+    a.set_xlabel(f"throughput (samples/s); xN = speedup vs job #{rows[0].job}")
     b.barh(y, comp, color="tab:orange")
     b.set_xlabel("compile time (s)")
     fig.suptitle(title, fontsize=9)

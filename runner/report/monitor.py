@@ -37,11 +37,15 @@ class RunMonitor(Callback):
         self._last = None
         self._begin = None
         self._logged = 0
+        self._epoch_start = 0  # index into outputs where the current epoch began
         self._start = None
         self._bar = None
 
     def on_train_begin(self, run_context):
         self._start = self._last = time.perf_counter()
+
+    def on_train_epoch_begin(self, run_context):
+        self._epoch_start = len(self.outputs)
 
     def on_train_step_begin(self, run_context):
         self._begin = time.perf_counter()
@@ -89,6 +93,11 @@ class RunMonitor(Callback):
     def losses(self, start: int = 0) -> np.ndarray:
         """Loss at the end of every step call from call `start` on, as float32."""
         return np.array([float(_first(o).asnumpy()) for o in self.outputs[start:]], dtype=np.float32)
+
+    def epoch_mean_loss(self):
+        """Mean loss of the current epoch's step calls so far (None before its first step)."""
+        losses = self.losses(self._epoch_start)
+        return float(np.mean(losses)) if len(losses) else None
 
     def series(self) -> dict:
         """Per step call: step number, loss and step time in ms."""

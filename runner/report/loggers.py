@@ -8,8 +8,6 @@ the loss anyway), then the run's final metrics and its artifacts.
 import csv
 import os
 
-from omegaconf import OmegaConf
-
 from runner.errors import ConfigError
 
 FINAL_KEYS = (
@@ -26,22 +24,22 @@ FINAL_KEYS = (
 )
 
 
-def build_logger(logger_cfg, cfg, run_dir: str):
-    """The logger the `logger` group names, started with the run's flattened config as params."""
-    kind = logger_cfg.name.name
+def build_logger(logger_cfg, params: dict, experiment_name: str, run_dir: str):
+    """The logger the `logger` group names, started with the run's config (as a plain dict) as params."""
+    kind = logger_cfg.name
     if kind == "csv":
         return CsvLogger(run_dir)
-    params = _flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    params = _flatten(params)
     if kind == "tensorboard":
         return TensorBoardLogger(run_dir, params)
-    return MlflowLogger(logger_cfg, cfg.experiment_name, run_dir, params)
+    return MlflowLogger(logger_cfg, experiment_name, run_dir, params)
 
 
-def final_scalars(metrics: dict) -> dict:
-    """The numbers worth a chart point at the end of a run."""
-    out = {k: float(metrics[k]) for k in FINAL_KEYS if metrics.get(k) is not None}
-    if metrics.get("flops", {}).get("achieved_gflops_per_s") is not None:
-        out["achieved_gflops_per_s"] = float(metrics["flops"]["achieved_gflops_per_s"])
+def final_scalars(m) -> dict:
+    """The numbers worth a chart point at the end of a run (m: a RunMetrics)."""
+    out = {k: float(getattr(m, k)) for k in FINAL_KEYS if getattr(m, k) is not None}
+    if (m.flops or {}).get("achieved_gflops_per_s") is not None:
+        out["achieved_gflops_per_s"] = float(m.flops["achieved_gflops_per_s"])
     return out
 
 
@@ -55,8 +53,8 @@ class CsvLogger:
     def log_metrics(self, values: dict, step: int) -> None:
         self.rows.append({"step": step, **values})
 
-    def finish(self, metrics: dict, artifacts: list) -> None:
-        self.rows.append({"step": metrics.get("steps"), **final_scalars(metrics)})
+    def finish(self, metrics, artifacts: list) -> None:
+        self.rows.append({"step": metrics.steps, **final_scalars(metrics)})
         fields = list(dict.fromkeys(k for row in self.rows for k in row))
         with open(self.path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
@@ -80,10 +78,10 @@ class TensorBoardLogger:
         for k, v in values.items():
             self.writer.add_scalar(k, v, step)
 
-    def finish(self, metrics: dict, artifacts: list) -> None:
+    def finish(self, metrics, artifacts: list) -> None:
         scalars = final_scalars(metrics)
         for k, v in scalars.items():
-            self.writer.add_scalar(f"final/{k}", v, metrics.get("steps", 0))
+            self.writer.add_scalar(f"final/{k}", v, metrics.steps)
         hparams = {k: v for k, v in self.params.items() if isinstance(v, (int, float, str, bool))}
         self.writer.add_hparams(hparams, {f"hparam/{k}": v for k, v in scalars.items()}, name="hparams")
         for path in artifacts:
@@ -117,7 +115,7 @@ class MlflowLogger:
     def log_metrics(self, values: dict, step: int) -> None:
         self.mlflow.log_metrics({k.replace("/", "_"): v for k, v in values.items()}, step=step)
 
-    def finish(self, metrics: dict, artifacts: list) -> None:
+    def finish(self, metrics, artifacts: list) -> None:
         self.mlflow.log_metrics(final_scalars(metrics))
         for path in artifacts:
             if os.path.exists(path):

@@ -8,6 +8,11 @@ from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 
+def drops_overflow(scale_type: str, drop_overflow_update: bool) -> bool:
+    """Whether an overflowing step skips its update: always under a dynamic scale, by choice under a fixed one."""
+    return scale_type == "dynamic" or (scale_type == "fixed" and bool(drop_overflow_update))
+
+
 class FP32Logits(nn.Cell):
     """Casts the network's output to FP32 so losses and metrics never run in FP16."""
 
@@ -27,7 +32,7 @@ class ScaledTrainStep(nn.Cell):
     the very gradients the optimizer got, without a second backward pass.
 
     MindSpore's Model refuses DynamicLossScaleManager on CPU and TrainOneStepWithLossScaleCell
-    needs NPUGetFloatStatusV2, which the CPU lacks (DESIGN.md fact 2). This cell checks the
+    needs NPUGetFloatStatusV2, which the CPU lacks (docs/mindspore-notes.md#cpu-loss-scale). This cell checks the
     unscaled gradients with all_finite instead, which every backend has.
     """
 
@@ -49,7 +54,7 @@ class ScaledTrainStep(nn.Cell):
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.scaled = scale_type != "none"
         self.dynamic = scale_type == "dynamic"
-        self.drop = self.dynamic or drop  # a dynamic scale always skips the step that overflowed
+        self.drop = drops_overflow(scale_type, drop)
         self.factor = float(factor)
         self.window = int(window)
         scale = float(init) if scale_type != "none" else 1.0

@@ -1,7 +1,8 @@
 """Consumer of the `diagnose` group: gradient statistics while training, and the NaN diagnosis after.
 
 - GradStats (diagnose=on): per-cell gradient norm and non-finite count every `every` steps (and on
-  every overflowing step) into grad_stats.jsonl, plus a non-finite check of every input batch.
+  every overflowing step) into grad_stats.jsonl, plus a non-finite check of every input batch
+  (reported through the callable it is given: the NaN guard's trip).
 - find_islands (always, when the NaN guard fires): rebuilds the network from the last good weights,
   runs the failing batch in PyNative with forward hooks on every leaf cell, and names the first cell
   whose output went non-finite (or, if the forward pass stays finite, the cell where non-finite
@@ -19,18 +20,20 @@ from collections import OrderedDict
 import numpy as np
 from mindspore.train import Callback
 
+from runner.files import finite_or_str
+
 log = logging.getLogger("runner")
 
 
 class GradStats(Callback):
     """Reads the (parameters x 2) statistics ScaledTrainStep returns when grad_stats is on."""
 
-    def __init__(self, run_dir: str, param_names, every: int, watch):
+    def __init__(self, run_dir: str, param_names, every: int, on_bad_input=None):
         super().__init__()
         self.path = os.path.join(run_dir, "grad_stats.jsonl")
         self.owners = [n.rsplit(".", 1)[0] for n in param_names]  # layer1.0.conv1.weight -> layer1.0.conv1
         self.every = max(1, every)
-        self.watch = watch  # the NaN guard, told about non-finite inputs
+        self.on_bad_input = on_bad_input  # called as (run_context, reason): the NaN guard's trip
         self.rows = 0
         self.bad_inputs = 0
         self._file = None
@@ -46,7 +49,8 @@ class GradStats(Callback):
             a = t.asnumpy()
             if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
                 self.bad_inputs += 1
-                self.watch.trip(run_context, f"non-finite input ({int((~np.isfinite(a)).sum())} values)")
+                if self.on_bad_input is not None:
+                    self.on_bad_input(run_context, f"non-finite input ({int((~np.isfinite(a)).sum())} values)")
                 return
 
     def on_train_step_end(self, run_context):
@@ -69,7 +73,7 @@ class GradStats(Callback):
             "nonfinite": int(stats[:, 1].sum()),
             "cells": {k: {"norm": math.sqrt(s), "nonfinite": b} for k, (s, b) in cells.items()},
         }
-        self._file.write(json.dumps(_finite_or_str(row)) + "\n")
+        self._file.write(json.dumps(finite_or_str(row)) + "\n")
         self._file.flush()
         self.rows += 1
 
@@ -118,10 +122,9 @@ def find_islands(make_net, weights: dict, level: str, keep: list, batch, scale: 
 def _probe(make_net, weights, level, keep, x, y, scale):
     """Forward (hooks on every leaf cell) and backward of one batch; the first culprit or None."""
     import mindspore as ms
-    from mindspore import nn, ops
+    from mindspore import ops
 
-    from runner.amp import loss_fn, wrap_amp
-    from runner.train_step import FP32Logits
+    from runner.amp.precision import build_loss_net
 
     net = make_net()
     ms.load_param_into_net(net, {n: ms.Parameter(ms.Tensor(w), name=n) for n, w in weights.items()})
@@ -133,8 +136,7 @@ def _probe(make_net, weights, level, keep, x, y, scale):
 
     handles = [c.register_forward_hook(hook) for n, c in net.cells_and_names() if n and not c.name_cells()]
     with tempfile.TemporaryDirectory() as tmp:  # O1 writes its rewritten source to the cwd
-        amp_net = wrap_amp(net, level, keep, tmp)
-    loss_net = nn.WithLossCell(FP32Logits(amp_net), loss_fn())
+        _, loss_net = build_loss_net(net, level, keep, tmp)
     loss_net.set_train(True)
     xt, yt = ms.Tensor(x), ms.Tensor(y)
     loss_net(xt, yt)
@@ -171,20 +173,3 @@ def _max_abs(value) -> float:
 
 def _nan_first(v: float) -> float:
     return math.inf if math.isnan(v) else v
-
-
-def _finite_or_str(obj):
-    """JSON without NaN/Infinity literals (strict parsers reject them): non-finite floats become strings."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite_or_str(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_or_str(v) for v in obj]
-    return obj
-
-
-def write_json(path: str, data: dict) -> None:
-    """The diagnosis record, strict JSON."""
-    with open(path, "w") as f:
-        json.dump(_finite_or_str(data), f, indent=2)

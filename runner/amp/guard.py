@@ -1,0 +1,249 @@
+"""The loss-scale trace, the NaN guard and the post-mortem, as three pieces run in this order:
+
+1. LossScaleTrace (a Callback) reads each step's (loss, overflow, scale) once, appends it to
+   loss_scale.csv and hands it to its listeners;
+2. NanGuard (a listener, not a Callback) stops training when the loss is non-finite, or when
+   `diagnose.patience` consecutive steps overflowed and the loss scale cannot answer any more (a
+   dynamic scale at its floor of 1, or a fixed scale); it keeps the last finite weights;
+3. postmortem(), after training, saves those weights, asks runner/amp/diagnose.py which layer went
+   non-finite first, and returns the error the run raises once everything else is written.
+"""
+
+import csv
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import numpy as np
+from mindspore.train import Callback
+
+from runner.errors import UserError
+from runner.files import finite_or_str, write_json
+
+log = logging.getLogger("runner")
+FLOOR = 1.0  # ScaledTrainStep and MindSpore's DynamicLossScaleUpdateCell never go below 1
+
+
+class NonFiniteTrainingError(UserError):
+    """Training went non-finite; the message names the first layer that did and the fix to try."""
+
+
+class LossScaleTrace(Callback):
+    """Per-step (step, loss, overflow, scale) into loss_scale.csv, and to each listener.
+
+    Reading three scalars per step syncs with the device once per step; on CPU every step is
+    synchronous anyway, and with data sink on GPU/Ascend the callback runs once per sink.
+    """
+
+    def __init__(self, path: str, scale_type: str, drops: bool, listeners: List[Callable] = (), flush_every: int = 1):
+        super().__init__()
+        self.path = path
+        self.scale_type = scale_type
+        self.drops = drops
+        self.listeners = list(listeners)
+        self.flush_every = max(1, flush_every)
+        self.scales, self.overflows = [], []
+        self._file = self._writer = None
+
+    def on_train_begin(self, run_context):
+        self._file = open(self.path, "w", newline="")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(["step", "loss", "overflow", "scale"])
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        loss, overflow, scale = (float(np.asarray(t.asnumpy()).reshape(-1)[0]) for t in cb.net_outputs[:3])
+        overflow = bool(overflow)
+        step = cb.cur_step_num
+        self._writer.writerow([step, f"{loss:.6g}", int(overflow), f"{scale:.6g}"])
+        if step % self.flush_every == 0:
+            self._file.flush()
+        self.scales.append(scale)
+        self.overflows.append(overflow)
+        for listener in self.listeners:
+            listener(run_context, step, loss, overflow, scale)
+
+    def on_train_end(self, run_context):
+        if self._file:
+            self._file.close()
+
+    def summary(self) -> dict:
+        """The `loss_scale` block of metrics.json."""
+        over = int(sum(self.overflows))
+        return {
+            "type": self.scale_type,
+            "initial": self.scales[0] if self.scales else None,
+            "final": self.scales[-1] if self.scales else None,
+            "min": min(self.scales) if self.scales else None,
+            "overflow_steps": over,
+            "skipped_steps": over if self.drops else 0,
+            "trace": os.path.basename(self.path),
+        }
+
+
+@dataclass
+class Trip:
+    """Why and where the guard stopped training, with the batch that showed it."""
+
+    reason: str
+    step: int
+    loss: float
+    scale: float
+    batch: Optional[list]  # the step's inputs as numpy arrays; None with data sink
+
+
+class NanGuard:
+    """Stops training at the first non-finite loss or unanswerable overflow; keeps the last finite weights.
+
+    `net` holds the FP32 master parameters; they are copied every `snapshot_every` steps while finite.
+    """
+
+    def __init__(self, net, dynamic: bool, patience: int, snapshot_every: int):
+        self.net = net
+        self.dynamic = dynamic
+        self.patience = max(1, patience)
+        self.snapshot_every = max(1, snapshot_every)
+        self.stuck = 0  # consecutive overflowing steps the scale can no longer answer
+        self.tripped: Optional[Trip] = None
+        self.good = None  # (step, {name: array}) of the last weights known to be finite
+        self.snapshot(0)
+
+    def check(self, run_context, step: int, loss: float, overflow: bool, scale: float) -> None:
+        """A LossScaleTrace listener: one step's outputs."""
+        answerable = self.dynamic and scale > FLOOR
+        self.stuck = self.stuck + 1 if overflow and not answerable else 0
+        if not math.isfinite(loss):
+            self.trip(run_context, "non-finite loss", loss, scale)
+        elif self.stuck >= self.patience:
+            self.trip(run_context, f"{self.stuck} consecutive overflowing steps at loss scale {scale:g}", loss, scale)
+        elif step % self.snapshot_every == 0:
+            self.snapshot(step)
+
+    def trip(self, run_context, reason: str, loss: float = math.nan, scale: float = math.nan) -> None:
+        """Stop training after this step and remember why (the first trip wins)."""
+        if self.tripped is not None:
+            return
+        cb = run_context.original_args()
+        batch = cb.get("train_dataset_element")  # None with data sink: the batch stays on the device
+        self.tripped = Trip(reason, cb.cur_step_num, loss, scale, [t.asnumpy() for t in batch] if batch else None)
+        log.error("NaN guard: %s at step %d; stopping", reason, cb.cur_step_num)
+        run_context.request_stop()
+
+    def snapshot(self, step: int) -> bool:
+        """Copy the weights if they are all finite; return whether they were."""
+        weights = {p.name: p.asnumpy().copy() for p in self.net.get_parameters()}
+        if all(np.isfinite(w).all() for w in weights.values()):
+            self.good = (step, weights)
+            return True
+        return False
+
+
+def postmortem(guard: NanGuard, make_net, run_dir: str, level: str, keep: list, max_islands: int):
+    """After training: (record, error) when the guard fired, else (None, None).
+
+    Saves last_good.ckpt and diagnosis.json. make_net() builds a fresh FP32 network of the same
+    architecture; the diagnosis loads the last good weights into it and re-applies the AMP level
+    with candidate FP32 islands.
+    """
+    t = guard.tripped
+    if t is None:
+        return None, None
+    import mindspore as ms
+
+    from runner.amp import diagnose
+
+    # Skipped updates leave the weights finite; BatchNorm's running statistics may not be.
+    if not guard.snapshot(t.step):
+        log.warning("weights at step %d are not finite; keeping those of step %d", t.step, guard.good[0])
+    good_step, weights = guard.good
+    ckpt = os.path.join(run_dir, "last_good.ckpt")
+    ms.save_checkpoint([{"name": n, "data": ms.Tensor(w)} for n, w in weights.items()], ckpt)
+    result = diagnose.find_islands(make_net, weights, level, keep, t.batch, t.scale, max_islands)
+    record = {"reason": t.reason, "step": t.step, "loss": t.loss, "scale": t.scale}
+    record.update(last_good_checkpoint=ckpt, last_good_step=good_step, level=level, **result)
+    write_json(os.path.join(run_dir, "diagnosis.json"), finite_or_str(record))
+    return record, NonFiniteTrainingError(_message(record, run_dir))
+
+
+def guard_metrics(record: Optional[dict]) -> dict:
+    """The `nan_guard` block of metrics.json."""
+    if record is None:
+        return {"tripped": False}
+    keys = ("reason", "step", "last_good_step", "last_good_checkpoint", "keep_fp32", "fixed")
+    return {
+        "tripped": True,
+        **{k: record[k] for k in keys},
+        "first": record.get("first"),
+        "diagnosis": "diagnosis.json",
+    }
+
+
+def _message(r: dict, run_dir: str) -> str:
+    head = f"Training stopped at step {r['step']} ({r['reason']}, loss {r['loss']:.4g}, {r['level']})."
+    first = r.get("first")
+    if r.get("cause") == "input":
+        body = f" The input batch itself holds {r['input_nonfinite']} non-finite values: check the data."
+    elif first is None:
+        # The advice fits the run: comparing with O0 only helps a run that is not O0 already.
+        body = (
+            " On the last good weights and this batch no layer went non-finite, so mixed precision is not"
+            " the cause: the weights diverged. Lower optim.lr"
+            + (", or compare with amp=o0." if r["level"] != "O0" else " or add warmup (optim.warmup_epochs).")
+        )
+    else:
+        body = (
+            f" First non-finite values: the {first['where']} of {first['cell']} ({first['type']}){_magnitude(first)}."
+        )
+        fix = "amp.keep_fp32=[" + ",".join(r["keep_fp32"]) + "]"
+        if r["fixed"]:
+            body += f" With {fix} this batch's loss and gradients are finite: re-run with '{fix}'."
+        elif r["level"] == "O0":
+            body += " The run is already FP32 (O0): lower optim.lr or check the data."
+        else:
+            body += f" Even {fix} did not make this batch finite: try amp=o0, or lower optim.lr."
+    tail = (
+        f" The last good FP32 weights (after step {r['last_good_step']}) are in {r['last_good_checkpoint']};"
+        f" the loss-scale trace is {os.path.join(run_dir, 'loss_scale.csv')} and the diagnosis"
+        f" {os.path.join(run_dir, 'diagnosis.json')}."
+    )
+    return head + body + tail
+
+
+def _magnitude(first: dict) -> str:
+    peak = first.get("input_max_abs")
+    if peak is not None and peak > 65504:
+        return f", whose input reaches |x| = {peak:.3g}, above FP16's largest value 65504"
+    return ""
+
+
+@dataclass
+class Guarding:
+    """The guard's pieces for one run, and the callbacks to train with, in their order."""
+
+    trace: LossScaleTrace
+    guard: NanGuard
+    grad_stats: Optional[Callback]
+    callbacks: list
+    max_islands: int  # FP32 islands the post-mortem may add
+
+
+def build_guard(run_dir: str, net, step_cell, used, diagnose_cfg, log_every: int) -> Guarding:
+    """The trace, the guard and (diagnose=on) the gradient statistics for this run."""
+    from runner.amp.diagnose import GradStats
+
+    guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every)
+    trace = LossScaleTrace(
+        os.path.join(run_dir, "loss_scale.csv"),
+        used.loss_scale_type_used,
+        used.drops_overflow,
+        listeners=[guard.check],
+        flush_every=log_every,
+    )
+    if not diagnose_cfg.enabled:
+        return Guarding(trace, guard, None, [trace], diagnose_cfg.max_islands)
+    names = [p.name for p in step_cell.weights]
+    stats = GradStats(run_dir, names, diagnose_cfg.every or log_every, on_bad_input=guard.trip)
+    # GradStats checks each batch as the step begins, so a non-finite input trips before the trace reads it.
+    return Guarding(trace, guard, stats, [stats, trace], diagnose_cfg.max_islands)

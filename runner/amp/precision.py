@@ -1,0 +1,131 @@
+"""Mixed precision and the train cell: the `amp` group's consumer (and `mode`'s, for the train step)."""
+
+import logging
+import os
+from dataclasses import dataclass
+
+from mindspore import Model, nn
+from mindspore import dtype as mstype
+from mindspore.amp import auto_mixed_precision
+
+from runner.amp.fp32_islands import keep_fp32, match_cells
+from runner.amp.train_step import FP32Logits, JitScaledTrainStep, ScaledTrainStep, drops_overflow
+
+log = logging.getLogger("runner")
+
+
+@dataclass
+class AmpUsed:
+    """What the `amp` group resolved to on this device (metrics.json records each field)."""
+
+    amp_level_used: str
+    loss_scale_type_used: str
+    native_loss_scale_cell: bool
+    keep_fp32: list
+    drops_overflow: bool  # whether a step whose gradients overflow skips its update
+
+
+@dataclass
+class Trainer:
+    """The train and eval Models around one network, and the train cell they share weights with."""
+
+    model: Model
+    step_cell: nn.Cell
+    evaluator: Model
+    used: AmpUsed
+
+
+def resolve_level(level: str, device_target: str) -> str:
+    """`auto` means O2 where FP16 is fast (GPU/Ascend) and O0 on CPU, where FP16 convs run slower."""
+    if level != "auto":
+        return str(level)
+    return "O0" if device_target == "CPU" else "O2"
+
+
+def loss_fn(label_smoothing: float = 0.0):
+    """The training and evaluation loss on FP32 logits, for class indices or class probabilities.
+
+    nn.CrossEntropyLoss, not SoftmaxCrossEntropyWithLogits(sparse=True): the latter returns inf on CPU
+    once a logit gap reaches ~90 (docs/mindspore-notes.md#sparse-softmax-ce). It also reads the
+    (N, classes) probabilities of mixup/cutmix batches and applies label smoothing to either kind
+    of label (checked against a NumPy log-softmax reference in tests/test_augment.py).
+    """
+    return nn.CrossEntropyLoss(reduction="mean", label_smoothing=label_smoothing)
+
+
+def wrap_amp(net, level: str, keep: list, run_dir: str):
+    """Apply the AMP level to net with the cells named by `keep` (amp.keep_fp32) left FP32."""
+    cells = match_cells(net, keep)  # checked at every level, so a typo fails under O0 too
+    if level == "O0":
+        return net
+    if level == "O1":
+        # O1's rewrite skips cells whose precision is already set: mark them before it runs.
+        for _, cell in cells:
+            cell.to_float(mstype.float32)
+    # Parameters stay FP32 (master weights); casts are inserted around the FP16 compute.
+    # O1 rewrites the network's source into ./rewritten_network/ (docs/mindspore-notes.md#o1-rewrite):
+    # keep that in the run directory.
+    cwd = os.getcwd()
+    os.chdir(run_dir)
+    try:
+        amp_net = auto_mixed_precision(net, level)
+    finally:
+        os.chdir(cwd)
+    if level in ("O2", "O3") and cells:
+        keep_fp32(amp_net, [c for _, c in cells])
+    if cells:
+        log.info("amp.keep_fp32: %s stay FP32 under %s", [n for n, _ in cells], level)
+    return amp_net
+
+
+def build_loss_net(net, level: str, keep: list, run_dir: str, label_smoothing: float = 0.0):
+    """(FP32-logits network, loss network) as training runs them: the one place both are built."""
+    logits = FP32Logits(wrap_amp(net, level, keep, run_dir))
+    return logits, nn.WithLossCell(logits, loss_fn(label_smoothing))
+
+
+def build_trainer(
+    net,
+    amp_cfg,
+    optimizer,
+    mode: str,
+    device_target: str,
+    run_dir: str,
+    grad_stats=False,
+    label_smoothing=0.0,
+    metrics=None,
+) -> Trainer:
+    """Wrap net for AMP and loss scaling into train and eval Models.
+
+    label_smoothing applies to the training loss only. metrics: the eval Model's metrics (default:
+    accuracy and loss); evaluation always reads hard labels and reports plain cross entropy.
+
+    grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
+    it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
+    returns only (loss, overflow, scale).
+    """
+    level = resolve_level(amp_cfg.level, device_target)
+    ls = amp_cfg.loss_scale
+    scale_type = str(ls.type)
+    if amp_cfg.level == "auto" and level == "O0":
+        scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
+    logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir, label_smoothing)
+    native = device_target != "CPU" and mode != "jit" and not grad_stats
+    if native and scale_type == "dynamic":
+        # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path
+        # (on CPU they do not run: docs/mindspore-notes.md#cpu-loss-scale).
+        manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
+        step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
+    else:
+        cls = JitScaledTrainStep if mode == "jit" else ScaledTrainStep
+        step = cls(loss_net, optimizer, scale_type, ls.init, ls.factor, ls.window, ls.drop_overflow_update, grad_stats)
+    metrics = metrics or {"accuracy": nn.Accuracy(), "loss": nn.Loss()}
+    evaluator = Model(logits, loss_fn=loss_fn(), metrics=metrics)
+    used = AmpUsed(
+        amp_level_used=level,
+        loss_scale_type_used=scale_type,
+        native_loss_scale_cell=native and scale_type == "dynamic",
+        keep_fp32=list(amp_cfg.keep_fp32),
+        drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
+    )
+    return Trainer(Model(step), step, evaluator, used)

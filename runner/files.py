@@ -1,0 +1,38 @@
+"""Atomic file writes: a crash mid-write never leaves a truncated file in place of a good one."""
+
+import glob
+import json
+import math
+import os
+
+
+def finite_or_str(obj):
+    """JSON without NaN/Infinity literals (strict parsers reject them): non-finite floats become strings."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: finite_or_str(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_str(v) for v in obj]
+    return obj
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write data as JSON through a temporary file renamed into place."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(net, path: str, append_dict=None) -> None:
+    """Save a cell's (FP32 master) weights in MindSpore's format, atomically; never a partial file."""
+    import mindspore as ms
+
+    tmp = path + ".tmp.ckpt"
+    try:
+        ms.save_checkpoint(net, tmp, append_dict=append_dict)
+        os.replace(tmp, path)
+    finally:  # MindSpore writes through a temporary of its own; leave no partial file behind
+        for leftover in glob.glob(glob.escape(path + ".tmp") + "*"):
+            os.remove(leftover)

@@ -1,0 +1,68 @@
+"""Short notes grounded in what a run or a sweep measured; no note without a number behind it."""
+
+HOST_FRACTION = 0.3  # host-side share of step time above which the data path is worth a look
+
+
+def run_notes(m) -> list:
+    """Notes from one run's metrics (a RunMetrics)."""
+    notes = []
+    padding = m.padding.get("kind")
+    if m.compile_count > 1:
+        why = f"input shapes varied with padding={padding}" if padding != "fixed" else "despite padding=fixed"
+        notes.append(
+            f"The graph compiled {m.compile_count} times ({why}); each distinct input shape costs a compile. "
+            "padding=fixed gives every batch one shape."
+        )
+    host = m.host_fraction
+    if host is not None and host > HOST_FRACTION and not m.sink["effective"]:
+        where = (
+            "MindSpore does not sink on CPU, so more data.num_parallel_workers or a lighter pipeline is the lever"
+            if m.device_target == "CPU"
+            else "sink=on moves that loop onto the device"
+        )
+        notes.append(
+            f"{host:.0%} of the steady training time was host-side work between steps (data fetch, Python) "
+            f"with sink off; {where}."
+        )
+    if m.sink["requested"] and not m.sink["effective"]:
+        notes.append(
+            "sink=on changed nothing here: MindSpore's Model.train does not sink on CPU (sink.effective=false)."
+        )
+    after = m.train_seconds - m.first_call_seconds
+    if m.mode in ("graph", "jit") and m.compile_seconds > after:
+        notes.append(
+            f"Compiling took {m.compile_seconds:.1f} s, more than the {after:.1f} s of training after it; "
+            "compare with mode=pynative for a run this short."
+        )
+    return notes
+
+
+def sweep_notes(rows: list) -> list:
+    """Notes comparing finished jobs whose configurations differ in one group only (runner/sweep.py's JobRow)."""
+    notes = []
+    ok = [r for r in rows if r.metrics is not None]
+    for a in ok:
+        for b in ok:
+            groups = {k.split(".")[0] for k in _diff(a.config, b.config)}
+            ma, mb = a.metrics, b.metrics
+            if groups == {"amp"} and ma.amp_level_used == "O0" and mb.amp_level_used != "O0":
+                slow, fast = mb.throughput_samples_per_s, ma.throughput_samples_per_s
+                if slow < fast:
+                    notes.append(
+                        f"AMP {mb.amp_level_used} (#{b.job}) ran at {slow:.0f} samples/s, slower than O0 "
+                        f"(#{a.job}, {fast:.0f}) on {mb.device_target}."
+                    )
+            if groups == {"mode"} and ma.mode == "pynative" and mb.mode in ("graph", "jit"):
+                saved = (ma.step_time_median_ms - mb.step_time_median_ms) / 1000 * mb.steps
+                if mb.compile_seconds > saved:
+                    notes.append(
+                        f"{mb.mode} (#{b.job}) spent {mb.compile_seconds:.1f} s compiling to save "
+                        f"{max(saved, 0):.1f} s of steps against pynative (#{a.job}): the compile did not pay for "
+                        f"itself over {mb.steps} steps."
+                    )
+    return notes
+
+
+def _diff(a: dict, b: dict) -> set:
+    keys = set(a) | set(b)
+    return {k for k in keys if a.get(k) != b.get(k)}

@@ -1,0 +1,84 @@
+"""RunMetrics: the one record a run measures, written once as metrics.json (README: "metrics.json")."""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from runner.files import finite_or_str, write_json
+
+
+@dataclass
+class RunMetrics:
+    """Every key of metrics.json, with its unit; advice, loggers and the sweep read these attributes."""
+
+    # outcome
+    val_accuracy: Optional[float] = None  # top-1 on the validation set, 0..1; None with eval=false or after a NaN stop
+    val_loss: Optional[float] = None  # mean cross-entropy on the validation set
+    val_top5_accuracy: Optional[float] = None  # 0..1; None with 5 classes or fewer, or without evaluation
+    val_per_class_accuracy: Optional[List[Optional[float]]] = None  # per class index, 0..1; None where unseen
+    final_loss: float = float("nan")  # training loss of the last step
+    loss_curve: List[float] = field(default_factory=list)  # training loss of every step, across resumes
+    # time
+    compile_seconds: float = 0.0  # first step call minus a steady one: graph compilation, s
+    first_call_seconds: float = 0.0  # s
+    step_time_median_ms: float = 0.0  # steady steps (the first excluded), ms per step
+    step_time_p90_ms: float = 0.0  # ms per step
+    throughput_samples_per_s: float = 0.0  # steady steps, samples/s
+    train_seconds: float = 0.0  # all steps, s
+    host_fraction: Optional[float] = None  # share of steady time between steps (data, callbacks, Python)
+    steps: int = 0  # global step at the end
+    step_time_ms_curve: List[float] = field(default_factory=list)  # ms per step, per step call
+    # compiles and shapes
+    compile_count: int = 0  # training-graph compiles (0 in PyNative)
+    distinct_input_shapes: int = 0
+    input_shapes: Dict[str, int] = field(default_factory=dict)  # "NxCxHxW" -> batches
+    padding: dict = field(default_factory=dict)  # the padding plan: sizes, padded pixels, dropped samples
+    skipped_samples: List[str] = field(default_factory=list)  # unreadable files left out
+    augment: Optional[dict] = None  # what training applied: name, image_ops, hflip, batch_ops, soft_labels
+    label_smoothing: float = 0.0  # of the training loss
+    # memory and FLOPs
+    peak_host_memory_mb: float = 0.0  # peak RSS of the process, MiB
+    peak_device_memory_mb: Optional[float] = None  # MiB; None where the device reports none (CPU)
+    flops: dict = field(default_factory=dict)  # per-sample FLOPs, achieved GFLOP/s, matmul peak, utilization
+    # precision
+    amp_level_used: str = "O0"
+    loss_scale_type_used: str = "none"
+    native_loss_scale_cell: bool = False  # MindSpore's TrainOneStepWithLossScaleCell (GPU/Ascend)
+    keep_fp32: List[str] = field(default_factory=list)
+    loss_scale: dict = field(default_factory=dict)  # type, initial/final/min, overflow and skipped steps
+    loss_scale_curve: Optional[List[float]] = None  # scale each step used; None without a loss scale
+    nan_guard: dict = field(default_factory=dict)  # tripped, and why/where when it did
+    diagnose: Optional[dict] = None  # diagnose=on: gradient statistics file and counts
+    # what ran
+    mode: str = ""
+    device_target: str = ""
+    cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
+    seed: int = 0
+    batch_size: int = 0  # global batch
+    sink: dict = field(default_factory=dict)  # requested, effective, sink_size
+    distributed: dict = field(default_factory=dict)  # workers, per_rank_batch
+    train_samples: int = 0
+    val_samples: int = 0
+    versions: Dict[str, str] = field(default_factory=dict)
+    pid: int = 0
+    # files
+    run_dir: str = ""
+    resumed_from: Optional[str] = None  # the checkpoint this run continued from
+    checkpoint: Optional[str] = None  # model.ckpt, the final FP32 weights; None when not saved
+    plot: Optional[str] = None  # curves.png
+    advice: List[str] = field(default_factory=list)  # notes grounded in these numbers
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write(self, path: str) -> None:
+        write_json(path, finite_or_str(self.to_dict()))
+
+    @classmethod
+    def read(cls, path: str) -> "RunMetrics":
+        """A metrics.json written by this or an earlier version; keys it does not know are ignored."""
+        with open(path) as f:
+            data = json.load(f)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

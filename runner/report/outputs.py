@@ -1,0 +1,92 @@
+"""What every run leaves behind besides its checkpoints: a re-runnable config.yaml, metrics.json, the
+plot, the advice and the final line a user reads."""
+
+import logging
+import os
+import platform
+import resource
+from importlib import metadata
+
+from omegaconf import OmegaConf
+
+from runner.report.metrics import RunMetrics
+
+log = logging.getLogger("runner")
+
+
+def versions() -> dict:
+    """Versions of what decides the numbers."""
+    out = {"python": platform.python_version()}
+    for pkg in ("mindspore", "numpy", "hydra-core", "omegaconf"):
+        out[pkg] = metadata.version(pkg)
+    return out
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write_config(run_dir: str, cfg) -> str:
+    """Save the resolved config so `python -m runner --config-path <run_dir> --config-name config` re-runs it."""
+    body = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    rerun = {
+        # The saved values are checked against the same schema, and re-runs land beside the original.
+        "defaults": ["base_config", "_self_"],
+        "hydra": {
+            "run": {"dir": os.path.join(run_dir, "rerun-${now:%Y-%m-%d_%H-%M-%S-%f}")},
+            "job": {"name": "runner", "chdir": False},
+        },
+        **body,
+    }
+    path = os.path.join(run_dir, "config.yaml")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(OmegaConf.to_yaml(OmegaConf.create(rerun)))
+    os.replace(tmp, path)
+    return path
+
+
+def measure(m: RunMetrics, net, data, series: dict) -> None:
+    """Fill in FLOPs (counted from the layers), peak device memory, the per-step curves and the advice.
+
+    series: the monitor's per-step step/loss/step_time_ms and the loss scale each step used (or None).
+    """
+    from runner.report import advice, flops
+
+    m.flops, m.peak_device_memory_mb = flops.measure(net, data, m.throughput_samples_per_s, m.device_target)
+    m.pid = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
+    m.plot = os.path.join(m.run_dir, "curves.png")
+    m.loss_scale_curve = series["loss_scale"]
+    m.step_time_ms_curve = series["step_time_ms"]
+    m.advice = advice.run_notes(m)
+
+
+def plot(m: RunMetrics, series: dict, title: str) -> None:
+    """curves.png: loss, loss scale (when there is one) and step time per step."""
+    from runner.report import plots
+
+    plots.run_plot(series, m.plot, title)
+
+
+def summary_line(m: RunMetrics) -> str:
+    """The one line a user reads at the end of a run."""
+    acc = f"val_acc {m.val_accuracy:.4f}" if m.val_accuracy is not None else "val_acc -"
+    f = m.flops or {}
+    util = f" ({f['utilization']:.0%} of matmul peak)" if f.get("utilization") is not None else ""
+    gflops = f" | {f['achieved_gflops_per_s']:.1f} GFLOP/s{util}" if f else ""
+    return (
+        f"{acc} | loss {m.final_loss:.4f} | compile {m.compile_seconds:.2f} s "
+        f"({m.compile_count}x) | step {m.step_time_median_ms:.1f} ms (median) "
+        f"{m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops} | "
+        f"peak RSS {m.peak_host_memory_mb:.0f} MB | "
+        f"{m.mode} {m.amp_level_used} on {m.device_target} | outputs: {m.run_dir}"
+    )
+
+
+def finish(m: RunMetrics, logger) -> None:
+    """Log the advice and hand the final metrics and artifacts to the configured logger."""
+    for note in m.advice:
+        log.info("note: %s", note)
+    artifacts = [os.path.join(m.run_dir, n) for n in ("config.yaml", "metrics.json")] + [m.plot]
+    logger.finish(m, artifacts)

@@ -1,0 +1,42 @@
+"""The layers: models/ and datasets/ work without the runner and never import it."""
+
+import ast
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_lower_layers_import_nothing_from_the_runner():
+    offenders = []
+    for package in ("models", "datasets"):
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] == "runner"]
+    assert not offenders, offenders
+
+
+def test_a_notebook_builds_data_and_a_model_without_the_runner():
+    code = (
+        "import sys\n"
+        "from datasets import DataConfig, PaddingConfig, DataError, build_data\n"
+        "from models import ModelConfig, ModelError, build_model\n"
+        "from omegaconf import OmegaConf\n"
+        "data = build_data(OmegaConf.structured(DataConfig(name='digits')),\n"
+        "                  OmegaConf.structured(PaddingConfig(name='fixed', height=8, width=8)), 32, 0)\n"
+        "net = build_model(ModelConfig(name='resnet8', style='cifar', depth=8, width=4), data.num_classes, 1, 8)\n"
+        "try:\n"
+        "    build_model(ModelConfig(name='r', style='cifar', depth=9), 10, 1, 8)\n"
+        "except ModelError as e:\n"
+        "    print('refused:', e)\n"
+        "print(data.steps_per_epoch, sum(p.size for p in net.trainable_params()))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'runner'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    refused, sizes, runner_modules = out.strip().splitlines()[-3:]
+    assert "depth must be one of [8, 20, 56], got 9" in refused
+    assert sizes.split()[0] == str((1797 - 359) // 32)
+    assert runner_modules == "[]"
