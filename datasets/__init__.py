@@ -7,11 +7,20 @@ the oneDNN environment first (docs/mindspore-notes.md#cpu-isa).
 from datasets.errors import DataConfigError, DataError
 from datasets.settings import AugmentConfig, DataConfig, PaddingConfig
 
-__all__ = ["build_data", "Data", "AugmentConfig", "DataConfig", "PaddingConfig", "DataError", "DataConfigError"]
+__all__ = [
+    "build_data",
+    "build_inputs",
+    "Data",
+    "AugmentConfig",
+    "DataConfig",
+    "PaddingConfig",
+    "DataError",
+    "DataConfigError",
+]
 
 
 def __getattr__(name):
-    if name in ("build_data", "Data"):
+    if name in ("build_data", "build_inputs", "Data"):
         from datasets import pipeline
 
         return getattr(pipeline, name)

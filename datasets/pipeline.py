@@ -2,9 +2,11 @@
 
 import logging
 from dataclasses import dataclass
+from typing import Optional
 
 import mindspore.dataset as ds
 import mindspore.dataset.vision as V
+import numpy as np
 
 from datasets import augment as A
 from datasets import padding as P
@@ -28,7 +30,8 @@ class Data:
     steps_per_epoch: int
     padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
     skipped_samples: list  # files that could not be decoded, left out under data.on_bad_sample=skip
-    augment: dict = None  # datasets.augment.describe: what training applies
+    class_names: Optional[list] = None  # per label: an image folder's class folders, CIFAR-10's names
+    augment: Optional[dict] = None  # datasets.augment.describe: what training applies
 
 
 def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=()):
@@ -49,6 +52,23 @@ def _batch_ops(cfg):
     if cfg.input_scale != 1.0:  # data.input_scale: a reproducible FP16 overflow for AMP tests, off by default
         ops.append(V.Rescale(cfg.input_scale, 0.0))
     return ops
+
+
+def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, train: bool, augment=None):
+    """Samples of (HWC uint8 image, label) -> normalized CHW float batches, shaped as `padding` says.
+
+    augment: (per-image ops, per-tensor ops, label ops, batch ops) of datasets/augment.py, or None.
+    """
+    workers = cfg.num_parallel_workers
+    image_ops, tensor_ops, label_ops, mix_ops = augment or ([], [], [], [])
+    d = d.map(_sample_ops(cfg, padding, channels_on_disk, sizes, image_ops), "image", num_parallel_workers=workers)
+    if tensor_ops:  # one worker: their own generator must see the images in pipeline order
+        d = d.map(tensor_ops, "image", num_parallel_workers=1)
+    d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
+    d = d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+    if mix_ops:
+        d = d.map(label_ops, "label").map(mix_ops, ["image", "label"])
+    return d
 
 
 def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=None, label_depth=None) -> Data:
@@ -75,28 +95,27 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=Non
         log.warning(
             "data.on_bad_sample=skip: %d unreadable image(s) left out, e.g. %s", len(src.skipped), src.skipped[0]
         )
-    workers = cfg.num_parallel_workers
     fixed_size = (padding.height, padding.width) if padding.name == "fixed" else (None, None)
     aug_args = (cfg.channels, *fixed_size, cfg.mirrorable)
-    soft = augment is not None and A.soft_labels(augment)
-    depth = label_depth or src.num_classes
-    if soft and depth < src.num_classes:
-        raise DataConfigError(
-            f"The data has {src.num_classes} classes but the network {depth} outputs: one-hot labels for "
-            "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
+    train_aug = None
+    if augment is not None:
+        depth = label_depth or src.num_classes
+        if A.soft_labels(augment) and depth < src.num_classes:
+            raise DataConfigError(
+                f"The data has {src.num_classes} classes but the network {depth} outputs: one-hot labels for "
+                "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
+            )
+        mix = A.batch_ops(augment)
+        train_aug = (
+            A.sample_ops(augment, *aug_args),
+            A.tensor_ops(augment, seed),
+            A.one_hot(depth) if mix else [],
+            mix,
         )
 
     def pipeline(d, sizes, train):
-        aug = A.sample_ops(augment, *aug_args) if train and augment is not None else []
-        d = d.map(_sample_ops(cfg, padding, src.channels_on_disk, sizes, aug), "image", num_parallel_workers=workers)
-        tensor_ops = A.tensor_ops(augment, seed) if train and augment is not None else []
-        if tensor_ops:  # one worker: its own generator must see the images in pipeline order
-            d = d.map(tensor_ops, "image", num_parallel_workers=1)
-        d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
-        d = d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
-        if train and soft:
-            d = d.map(A.one_hot(depth), "label").map(A.batch_ops(augment), ["image", "label"])
-        return d
+        aug = train_aug if train else None
+        return _pipeline(d, cfg, padding, src.channels_on_disk, sizes, batch_size, train, aug)
 
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
     train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
@@ -124,5 +143,31 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=Non
         steps,
         P.report(padding, src.train_sizes, batch_size),
         src.skipped,
+        src.class_names,
         A.describe(augment, *aug_args) if augment is not None else None,
     )
+
+
+class _Files:
+    """Random-access source of (encoded file bytes, index) for GeneratorDataset."""
+
+    def __init__(self, paths):
+        self.paths = list(paths)
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return np.fromfile(self.paths[i], dtype=np.uint8), np.int32(i)
+
+
+def build_inputs(cfg, padding, paths, sizes, batch_size: int) -> ds.Dataset:
+    """Batches of (image, index into paths) from image files, preprocessed as build_data's validation set.
+
+    The files are decoded by MindSpore's Decode (as data=imagefolder decodes them: always 3 channels,
+    converted to data.channels) and go through the same per-sample, padding and normalization ops.
+    sizes: each file's (height, width), which bucket and none padding group by.
+    """
+    d = ds.GeneratorDataset(_Files(paths), ["image", "label"], shuffle=False, python_multiprocessing=False)
+    d = d.map(V.Decode(), "image")
+    return _pipeline(d, cfg, padding, 3, np.asarray(sizes, dtype=np.int64).reshape(-1, 2), batch_size, False)

@@ -6,6 +6,7 @@ buckets, group same-size samples and report its padding cost before a single ima
 
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 import mindspore.dataset as ds
 import mindspore.dataset.transforms as T
@@ -28,6 +29,7 @@ class Source:
     val_sizes: np.ndarray
     channels_on_disk: int  # 1 or 3, before conversion to data.channels
     skipped: list = field(default_factory=list)  # unreadable files left out (data.on_bad_sample=skip)
+    class_names: Optional[list] = None  # per label, where the data names its classes
 
     @property
     def train_size(self) -> int:
@@ -151,7 +153,7 @@ def imagefolder(cfg, seed):
         # Decode as a map op (not decode=True in the reader) so that the error-samples mode applies to it.
         splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.
-    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped)
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
 
 
 CIFAR_RECORD = 1 + 3 * 32 * 32  # label byte, then the R, G and B planes, row-major
@@ -190,7 +192,12 @@ def cifar10(cfg, seed):
     def make(images, labels):
         return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False)
 
-    return Source(make(*train), make(*test), 10, _same_size(len(train[1]), 32, 32), _same_size(len(test[1]), 32, 32), 3)
+    sizes = _same_size(len(train[1]), 32, 32), _same_size(len(test[1]), 32, 32)
+    return Source(make(*train), make(*test), 10, *sizes, 3, class_names=CIFAR10_CLASSES)
+
+
+# The order of CIFAR-10's labels 0..9 (batches.meta.txt of the binary version).
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
 SOURCES = {"digits": digits, "synthetic": synthetic, "imagefolder": imagefolder, "cifar10": cifar10}

@@ -31,6 +31,23 @@ def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=No
     return proc
 
 
+def run_module(module, *args, check=True, timeout=600, env=None):
+    """`python -m <module> <args>` from the repository root: runner.evaluate, runner.predict, runner.export."""
+    cmd = [sys.executable, "-m", module, *map(str, args)]
+    base = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**base, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def outputs_of(proc) -> Path:
+    """The output directory a lifecycle command names on its last line (`... | outputs: <dir>`)."""
+    line = proc.stdout.strip().splitlines()[-1]
+    assert "outputs: " in line, proc.stdout
+    return Path(line.rsplit("outputs: ", 1)[1])
+
+
 def metrics(run_dir) -> dict:
     return json.loads((Path(run_dir) / "metrics.json").read_text())
 
@@ -74,3 +91,55 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cpu_only" in item.keywords:
             item.add_marker(skip)
+
+
+# Class folders named by words, so their sorted order (eight, five, four, ...) differs from the digits':
+# a label shown as its index instead of its name, or mapped through the wrong order, fails the tests.
+DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+# Sizes on disk for the lifecycle tests: several shapes and aspect ratios in one folder.
+MIXED_SIZES = [(8, 8), (12, 10), (16, 24), (6, 9)]
+
+
+def word_digit_folder(root, sizes=MIXED_SIZES, per_class=12, val_per_class=4, seed=0):
+    """imagegen.digit_folder with the class folders renamed to DIGIT_WORDS; returns root."""
+    from imagegen import digit_folder
+
+    digit_folder(root, sizes, per_class=per_class, val_per_class=val_per_class, seed=seed)
+    for split in ("train", "val"):
+        for i, word in enumerate(DIGIT_WORDS):
+            (Path(root) / split / str(i)).rename(Path(root) / split / word)
+    return Path(root)
+
+
+def folder_run_args(root, padding=("padding.height=8", "padding.width=8")):
+    """A tiny grayscale run on an image folder (mixed sizes, RGB/RGBA/L files)."""
+    return [
+        "epochs=2",
+        *padding,
+        "model.width=8",
+        "log_every=1000",
+        "batch_size=16",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.channels=1",
+        "data.mean=[0.5]",
+        "data.std=[0.5]",
+    ]
+
+
+@pytest.fixture(scope="session")
+def folder_run(tmp_path_factory):
+    """(run directory, data root): one trained tiny run shared by the lifecycle tests."""
+    base = tmp_path_factory.mktemp("lifecycle")
+    root = word_digit_folder(base / "digits")
+    run = base / "run"
+    run_cli(run, *folder_run_args(root))
+    return run, root
+
+
+@pytest.fixture(scope="session")
+def folder_run_evaluated(folder_run):
+    """(run directory, data root, evaluate's metrics.json) for the shared run, evaluated once."""
+    run, root = folder_run
+    out = outputs_of(run_module("runner.evaluate", f"run={run}"))
+    return run, root, json.loads((out / "metrics.json").read_text())

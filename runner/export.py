@@ -1,0 +1,274 @@
+"""`python -m runner.export run=<run dir> format=mindir|onnx`.
+
+Exports a run's FP32 network with a fixed input shape from the run's padding, then checks the exported
+file against the checkpoint's own network on validation images: MINDIR reloaded with mindspore.load +
+nn.GraphCell, ONNX run in onnxruntime. `<run>/export-<time>/export.json` records the largest absolute
+difference of the logits and the agreement of top-1.
+"""
+
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+import hydra
+import numpy as np
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING
+
+from datasets.settings import Choice
+from runner.errors import ConfigError, UserError
+from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
+
+log = logging.getLogger("runner")
+
+
+class ExportFormat(Choice):
+    mindir = "mindir"
+    onnx = "onnx"
+
+
+# What each format's parity check needs beyond MindSpore, as pip names them (the `export` extra).
+NEEDS = {"mindir": [], "onnx": [("onnx", "onnx"), ("onnxruntime", "onnxruntime")]}
+SUFFIX = {"mindir": ".mindir", "onnx": ".onnx"}
+
+
+@dataclass
+class ExportConfig:
+    run: str = MISSING  # the training run's directory (holds config.yaml)
+    format: ExportFormat = ExportFormat.mindir
+    ckpt: str = "final"  # final (model.ckpt) | last | best | a .ckpt path
+    batch_size: int = 1  # the exported input's (fixed) batch dimension
+    parity_samples: int = 32  # validation images the exported file is checked on, per exported shape
+    tolerance: float = 1e-4  # largest |logit difference| the parity check accepts
+    data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... if the training data moved
+
+
+ConfigStore.instance().store(name="export_schema", node=ExportConfig)
+
+
+def check_installed(fmt: str) -> None:
+    """A ConfigError naming the missing package when the format's parity check cannot run here."""
+    import importlib
+
+    missing = []
+    for module, pip in NEEDS[fmt]:
+        try:  # imported, not only looked up: a broken installation is as unusable as a missing one
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(pip)
+    if missing:
+        raise ConfigError(
+            f"format={fmt} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+            f"installed in this environment ({sys.executable}): install the runner's export extra, "
+            "pip install -e '.[export]' (versions that keep numpy below 2), or export format=mindir, "
+            "which needs nothing beyond MindSpore."
+        )
+
+
+def input_shapes(cfg, data) -> list:
+    """(height, width) of each exported file: the run's fixed size, each bucket, or for padding=none the
+    most frequent training size (the shape most of its batches had)."""
+    if cfg.padding.name == "fixed":
+        return [(cfg.padding.height, cfg.padding.width)]
+    if cfg.padding.name == "bucket":
+        return [(b, b) for b in cfg.padding.buckets]
+    sizes = data.padding["input_sizes"]  # {"HxW": training samples}
+    h, w = max(sizes, key=sizes.get).split("x")
+    return [(int(h), int(w))]
+
+
+def refusal(err: Exception, fmt: str):
+    """A ConfigError naming the operator when MindSpore refuses to convert the network, else None."""
+    text = str(err)
+    m = re.search(r"Exporting (\w+) operator is not yet supported", text) or re.search(
+        r"Can not find key (\w+) in convert map", text
+    )
+    if not m:
+        return None
+    return ConfigError(
+        f"MindSpore cannot convert this network to {fmt.upper()}: its {m.group(1)} operator has no {fmt.upper()} "
+        "conversion in this MindSpore version. Export format=mindir (every MindSpore operator converts), or "
+        f"change the model so it avoids {m.group(1)}."
+    )
+
+
+def write(net, fmt: str, shape: tuple, path_base: str) -> str:
+    """mindspore.export (MINDIR) or mindspore.onnx.export of net for one fixed input shape; the file's path."""
+    import mindspore as ms
+    from mindspore import Tensor
+
+    x = Tensor(np.zeros(shape, np.float32))
+    try:
+        if fmt == "onnx":
+            # MindSpore 2.10 deprecates mindspore.export(file_format='ONNX') for mindspore.onnx.export.
+            ms.onnx.export(net, x, file_name=path_base + ".onnx", input_names=["images"], output_names=["logits"])
+        else:
+            ms.export(net, x, file_name=path_base, file_format="MINDIR")
+    except (RuntimeError, TypeError, ValueError) as e:
+        refused = refusal(e, fmt)
+        if refused is None:
+            raise
+        raise refused from None
+    return path_base + SUFFIX[fmt]
+
+
+class Exported:
+    """An exported file run the way a deployment would run it (GraphCell / onnxruntime session)."""
+
+    def __init__(self, fmt: str, path: str):
+        self.fmt = fmt
+        if fmt == "onnx":
+            import onnx
+            import onnxruntime as ort
+
+            onnx.checker.check_model(path)
+            self.session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            self.input = self.session.get_inputs()[0].name
+        else:
+            import mindspore as ms
+            from mindspore import nn
+
+            self.cell = nn.GraphCell(ms.load(path))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.fmt == "onnx":
+            return self.session.run(None, {self.input: x})[0]
+        from mindspore import Tensor
+
+        return self.cell(Tensor(x)).asnumpy()
+
+
+def parity_images(dataset, shapes: list, limit: int) -> dict:
+    """Per (h, w) in shapes: up to `limit` validation images of that size, normalized as the network sees
+    them. One pass: a MindSpore pipeline refuses a second iterator that projects columns again."""
+    found = {tuple(s): [] for s in shapes}
+    for batch in dataset.create_tuple_iterator(num_epochs=1, output_numpy=True):
+        images = batch[0]
+        have = found.get(tuple(images.shape[2:]))
+        if have is not None:
+            have.extend(images[: limit - len(have)])
+        if all(len(v) >= limit for v in found.values()):
+            break
+    return {s: np.stack(v) if v else np.zeros((0,), np.float32) for s, v in found.items()}
+
+
+def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
+    """Logits of the exported file against the checkpoint's own network, in chunks of the exported batch."""
+    from mindspore import Tensor
+
+    ours, theirs = [], []
+    for i in range(0, len(images), batch):
+        chunk = images[i : i + batch]
+        n = len(chunk)
+        if n < batch:  # the exported batch dimension is fixed: fill it, then drop the filler's outputs
+            chunk = np.concatenate([chunk, np.zeros((batch - n, *chunk.shape[1:]), chunk.dtype)])
+        ours.append(net(Tensor(chunk)).asnumpy()[:n])
+        theirs.append(np.asarray(exported(chunk))[:n])
+    ours, theirs = np.concatenate(ours), np.concatenate(theirs)
+    return {
+        "samples": int(len(ours)),
+        "max_abs_diff": float(np.max(np.abs(ours - theirs))),
+        "top1_agreement": float(np.mean(ours.argmax(1) == theirs.argmax(1))),
+    }
+
+
+def export(app) -> dict:
+    """Export app.run's network as app.format, check parity, write export.json; return its content."""
+    from runner import lifecycle
+    from runner.files import write_json
+    from runner.report.outputs import versions
+
+    fmt = str(app.format)
+    check_installed(fmt)  # before anything heavy
+    if app.batch_size < 1 or app.parity_samples < 1:
+        raise ConfigError(
+            f"batch_size and parity_samples must be positive, got {app.batch_size} and {app.parity_samples}."
+        )
+    out_dir = HydraConfig.get().runtime.output_dir
+    cfg = lifecycle.load_config(app.run, app.data)
+    saved = lifecycle.open_run(app.run, app.ckpt, cfg)
+    target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
+    import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded
+
+    ms.set_context(mode=ms.GRAPH_MODE)  # export traces the network as a graph, whatever mode it trained in
+    net.set_train(False)
+    shapes = input_shapes(cfg, data)
+    files = []
+    samples = parity_images(data.val, shapes, app.parity_samples)
+    for h, w in shapes:
+        shape = (app.batch_size, data.channels, h, w)
+        base = os.path.join(out_dir, "model" if len(shapes) == 1 else f"model_{h}x{w}")
+        path = write(net, fmt, shape, base)
+        images = samples[(h, w)]
+        check = parity(net, Exported(fmt, path), images, app.batch_size) if len(images) else None
+        files.append({"path": path, "input_shape": list(shape), "bytes": os.path.getsize(path), "parity": check})
+        if check:
+            log.info(
+                "%s: max |difference| %.3g over %d validation images, top-1 agreement %.4f",
+                os.path.basename(path),
+                check["max_abs_diff"],
+                check["samples"],
+                check["top1_agreement"],
+            )
+        else:
+            log.warning("%s: no validation image of %dx%d to check it on", os.path.basename(path), h, w)
+    checked = [f["parity"] for f in files if f["parity"]]
+    worst = max((c["max_abs_diff"] for c in checked), default=None)
+    ok = worst is not None and worst <= app.tolerance
+    result = {
+        "format": fmt,
+        "files": files,
+        "max_abs_diff": worst,
+        "top1_agreement": min((c["top1_agreement"] for c in checked), default=None),
+        "tolerance": app.tolerance,
+        "parity_ok": ok,
+        "checkpoint": ckpt["path"],
+        "run": os.path.abspath(app.run),
+        "device_target": target,
+        "input": {"name": "images", "layout": "NCHW", "dtype": "float32"},
+        "output": {"name": "logits", "classes": lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))},
+        # What a deployment must do to an image before the network sees it (the run's preprocessing).
+        "preprocessing": {
+            "channels": data.channels,
+            "scale": "pixel / 255",
+            "mean": list(cfg.data.mean),
+            "std": list(cfg.data.std),
+            "padding": lifecycle.padding_record(cfg.padding),
+        },
+        "versions": {**versions(), **_format_versions(fmt)},
+    }
+    write_json(os.path.join(out_dir, "export.json"), result)
+    if not ok:
+        what = f"max |difference| {worst:.3g} > tolerance {app.tolerance:g}" if checked else "no image to check"
+        raise UserError(
+            f"The exported {fmt.upper()} file does not match the checkpoint's network ({what}); see "
+            f"{os.path.join(out_dir, 'export.json')}."
+        )
+    agree = result["top1_agreement"]
+    print(
+        f"{fmt.upper()} {', '.join(os.path.basename(f['path']) for f in files)} | input "
+        f"{'/'.join('x'.join(map(str, f['input_shape'])) for f in files)} | max |diff| {worst:.2e} | "
+        f"top-1 agreement {agree:.4f} on {sum(c['samples'] for c in checked)} val images | outputs: {out_dir}",
+        flush=True,
+    )
+    return result
+
+
+def _format_versions(fmt: str) -> dict:
+    from importlib import metadata
+
+    return {p: metadata.version(p) for _, p in NEEDS[fmt]}
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="export")
+def main(app) -> None:
+    with reported_errors():
+        export(app)
+
+
+if __name__ == "__main__":
+    check_run_argument(sys.argv[1:], "export")
+    main()

@@ -1,0 +1,191 @@
+"""`python -m runner.predict run=<run dir> input=<image file or folder> topk=5`.
+
+Classifies image files with a run's network, preprocessed exactly as the run's data (the same
+datasets/ ops: channels, padding, normalization), and writes `<run>/predict-<time>/predictions.csv`.
+"""
+
+import csv
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import hydra
+import numpy as np
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING
+
+from runner.errors import ConfigError, DataError
+from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
+
+log = logging.getLogger("runner")
+
+
+@dataclass
+class PredictConfig:
+    run: str = MISSING  # the training run's directory (holds config.yaml)
+    input: str = MISSING  # an image file, or a folder searched recursively for images
+    topk: int = 5  # labels and probabilities per image (at most the number of classes)
+    ckpt: str = "final"  # final (model.ckpt) | last | best | a .ckpt path
+    batch_size: Optional[int] = None  # None: the run's batch_size
+    amp: bool = True  # at the run's AMP level, as evaluate; false: FP32 throughout
+    show: int = 10  # rows of the table printed at the end (all rows are in predictions.csv)
+    data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... if the training data moved
+
+
+ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
+
+
+def find_images(path: str) -> list:
+    """The image files `input=` names: the file itself, or every image file below a folder, sorted."""
+    from datasets.sources import IMAGE_EXTENSIONS
+
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise DataError(f"input={path}: no such file or folder.")
+    found = []
+    for folder, dirs, files in os.walk(path):
+        dirs.sort()
+        found += [os.path.join(folder, f) for f in sorted(files) if os.path.splitext(f)[1] in IMAGE_EXTENSIONS]
+    if not found:
+        raise DataError(f"input={path} holds no image files ({', '.join(IMAGE_EXTENSIONS[::2])}), also in subfolders.")
+    return found
+
+
+# What MindSpore's Decode reads (PIL's format names; MPO is a camera JPEG). Other data under an image
+# extension (a GIF named .png) fails inside the pipeline, and Decode dumps it into the working directory.
+DECODABLE = ("JPEG", "MPO", "PNG", "BMP", "TIFF")
+
+
+def probe(paths: list, advance=lambda: None):
+    """(readable paths, their (height, width), [(unreadable path, reason)]): each file fully decoded by PIL,
+    since a header alone misses truncated files (the check data=imagefolder makes)."""
+    from PIL import Image
+
+    good, sizes, bad = [], [], []
+    for p in paths:
+        advance()
+        try:
+            with Image.open(p) as im:
+                im.load()
+                if im.format not in DECODABLE:
+                    bad.append((p, f"{im.format} data, which MindSpore's Decode does not read"))
+                    continue
+                sizes.append((im.height, im.width))
+                good.append(p)
+        except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for corrupt, truncated or unknown data
+            bad.append((p, str(e).splitlines()[0] if str(e) else type(e).__name__))
+    return good, sizes, bad
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def predict(app) -> dict:
+    """Classify app.input with a checkpoint of app.run; write predictions.csv; return a summary."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from runner import lifecycle
+    from runner.files import write_json
+
+    out_dir = HydraConfig.get().runtime.output_dir
+    if app.topk < 1:
+        raise ConfigError(f"topk must be at least 1, got {app.topk}.")
+    if app.batch_size is not None and app.batch_size < 1:
+        raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
+    cfg = lifecycle.load_config(app.run, app.data)
+    lifecycle.before_mindspore(cfg)  # the image extensions come from datasets.sources, which loads MindSpore
+    paths = find_images(app.input)  # before anything heavy: a wrong input= fails at once
+    batch_size = app.batch_size or cfg.batch_size
+    console = Console(stderr=True)
+    # On a terminal, for more than two batches' worth of files: a bar for reading them, one for predicting.
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    quiet = len(paths) <= 2 * batch_size or not console.is_terminal
+    with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
+        task = bar.add_task("check ", total=len(paths))
+        good, sizes, bad = probe(paths, lambda: bar.advance(task))
+    for p, reason in bad:
+        log.warning("skipped %s: not a readable image (%s)", p, reason)
+    if not good:
+        names = ", ".join(f"{p} ({r})" for p, r in bad[:3])
+        raise DataError(f"No readable image in input={app.input}: {names}{' ...' if len(bad) > 3 else ''}.")
+    saved = lifecycle.open_run(app.run, app.ckpt, cfg, batch_size)
+    target, data, ckpt = saved.target, saved.data, saved.checkpoint
+    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    names = lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))
+    k = min(app.topk, len(names))
+
+    from datasets import build_inputs
+
+    inputs = build_inputs(cfg.data, cfg.padding, good, sizes, batch_size)
+    top_idx = np.zeros((len(good), k), dtype=np.int64)
+    top_p = np.zeros((len(good), k), dtype=np.float64)
+    with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
+        task = bar.add_task("predict", total=len(good))
+        for images, index in inputs.create_tuple_iterator(num_epochs=1):
+            probs = softmax(net(images).asnumpy().astype(np.float64))
+            order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+            i = index.asnumpy()
+            top_idx[i] = order
+            top_p[i] = np.take_along_axis(probs, order, axis=1)
+            bar.advance(task, len(i))
+
+    csv_path = os.path.join(out_dir, "predictions.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path"] + [c for j in range(1, k + 1) for c in (f"label_{j}", f"prob_{j}")])
+        for p, idx, pr in zip(good, top_idx, top_p):
+            w.writerow([p] + [c for j in range(k) for c in (names[idx[j]], f"{pr[j]:.6f}")])
+    summary = {
+        "predictions": csv_path,
+        "images": len(good),
+        "skipped": [{"path": p, "reason": r} for p, r in bad],
+        "topk": k,
+        "checkpoint": ckpt["path"],
+        "run": os.path.abspath(app.run),
+        "amp_level_used": level,
+        "device_target": target,
+        "padding": str(cfg.padding.name),
+    }
+    write_json(os.path.join(out_dir, "predict.json"), summary)
+    _print_table(console, app, good, names, top_idx, top_p)
+    skipped = f", {len(bad)} unreadable skipped" if bad else ""
+    print(f"{len(good)} images classified{skipped} | top-{k} in predictions.csv | outputs: {out_dir}", flush=True)
+    return summary
+
+
+def _print_table(console, app, paths, names, top_idx, top_p) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    base = app.input if os.path.isdir(app.input) else os.path.dirname(app.input) or "."
+    table = Table(show_edge=False, pad_edge=False, box=None)
+    table.add_column("image")
+    table.add_column("prediction")
+    table.add_column("prob", justify="right")
+    table.add_column(f"top-{top_idx.shape[1]}")
+    for p, idx, pr in list(zip(paths, top_idx, top_p))[: max(0, app.show)]:
+        rest = " ".join(f"{names[i]}:{q:.2f}" for i, q in zip(idx, pr))
+        table.add_row(os.path.relpath(p, base), names[idx[0]], f"{pr[0]:.3f}", rest)
+    if app.show > 0:
+        Console(width=max(100, console.width)).print(table)  # stdout, never wrapped into a mess in a pipe
+    if len(paths) > app.show > 0:
+        print(f"... {len(paths) - app.show} more in predictions.csv")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="predict")
+def main(app) -> None:
+    with reported_errors():
+        predict(app)
+
+
+if __name__ == "__main__":
+    check_run_argument(sys.argv[1:], "predict")
+    main()
