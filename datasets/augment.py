@@ -64,11 +64,10 @@ def sample_ops(settings, channels: int, height: int, width: int, mirrorable: boo
     policy = _policy_op(settings)
     if policy is not None:
         if channels == 1:
-            # MindSpore 2.10's RandAugment, AutoAugment and TrivialAugmentWide accept only 3-channel
-            # HWC uint8 images (they raise on (H, W) and (H, W, 1)). Gray -> RGB copies the value into
-            # three equal channels; every op of these policies treats equal channels alike (colour ops
-            # have no hue to change), and RGB -> gray weights sum to 1, so the round trip returns the
-            # gray image the policy would have produced.
+            # The policies accept only 3-channel HWC uint8 images (docs/mindspore-notes.md#policy-rgb-only).
+            # Gray -> RGB copies the value into three equal channels, every op of these policies keeps
+            # them equal (colour ops have no hue to change), and RGB -> gray returns that value: the
+            # round trip is the gray image the policy would have produced.
             ops += [
                 V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB),
                 policy,
@@ -84,8 +83,9 @@ class RandomErasing:
 
     MindSpore's vision.RandomErasing draws from Python's process-wide `random` module, which the
     pipeline's worker threads share in no fixed order, so its rectangles would not follow from the
-    run's seed. This one owns a generator seeded from the run's seed and runs in a single-worker map,
-    so the n-th image always gets the n-th draw (and a resumed run, replaying its pipeline, the same).
+    run's seed (docs/mindspore-notes.md#seeded-random-ops). This one owns a generator seeded from
+    the run's seed and runs in a single-worker map, so the n-th image always gets the n-th draw (and
+    a resumed run, replaying its pipeline, the same).
     The rectangle is drawn as MindSpore's does: area 2%..33% of the image, aspect 0.3..3.3.
     """
 
@@ -124,7 +124,8 @@ def batch_ops(settings) -> list:
     """Ops on whole NCHW batches and their labels: one-hot labels, then MixUp and/or CutMix.
 
     MindSpore's MixUpBatch and CutMixBatch need one-hot labels, so labels leave as float32 class
-    probabilities (a soft-label loss reads them). With both on, each batch gets one of the two.
+    probabilities (a soft-label loss reads them; docs/mindspore-notes.md#mix-batch-one-hot). With
+    both on, each batch gets one of the two.
     """
     mixers = []
     if settings.mixup.alpha > 0:
