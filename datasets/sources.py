@@ -47,6 +47,11 @@ def _same_size(n: int, height: int, width: int) -> np.ndarray:
 def _split(n: int, val_fraction: float, seed: int):
     order = np.random.RandomState(seed).permutation(n)
     n_val = int(round(n * val_fraction))
+    if n_val >= n:
+        raise DataError(
+            f"data.val_fraction={val_fraction} leaves no training samples: all {n} samples would be validation. "
+            f"Use a smaller fraction (at most {(n - 1) / n:.4f} for {n} samples)."
+        )
     return order[n_val:], order[:n_val]
 
 
@@ -89,25 +94,33 @@ def _need_dir(path, what):
 
 
 def _image_sizes(folder, classes, on_bad_sample: str):
-    """(height, width) of every decodable image under folder/<class>/, the files that are not, empty classes.
+    """(height, width) of every decodable image under folder/<class>/, the good files as (path, class),
+    the files that are not decodable, and the classes without images.
 
-    Each file is decoded once with PIL (a header alone misses truncated files). A bad file is an error
-    naming it, or with data.on_bad_sample=skip it is listed and left to MindSpore to skip.
+    Each file is decoded once with PIL (a header alone misses truncated files). A bad file (corrupt,
+    truncated, a symbolic link to nothing, or beyond PIL's decompression-bomb limit) is an error naming
+    it, or with data.on_bad_sample=skip it is listed and left out.
     """
     from PIL import Image
 
-    sizes, bad, empty = [], [], []
+    sizes, good, bad, empty = [], [], [], []
     for c in classes:
         found = 0
         for entry in sorted(os.scandir(os.path.join(folder, c)), key=lambda e: e.name):
-            if not entry.is_file() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
+            # A dangling symlink is neither a file nor a directory; MindSpore's reader would list it.
+            if entry.is_dir() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
                 continue
             try:
+                if entry.is_symlink() and not os.path.exists(entry.path):
+                    raise OSError(f"a symbolic link to the missing {os.readlink(entry.path)!r}")
                 with Image.open(entry.path) as im:
                     im.load()
                     sizes.append((im.height, im.width))
+                    good.append((entry.path, c))
                     found += 1
-            except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for corrupt or truncated data
+            # PIL's errors for corrupt or truncated data; DecompressionBombError (over 2x
+            # Image.MAX_IMAGE_PIXELS, ~179 megapixels) is none of them.
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
                 if on_bad_sample == "error":
                     raise DataError(
                         f"{entry.path!r} is not a readable image ({e}). Remove or replace it, or set "
@@ -118,7 +131,17 @@ def _image_sizes(folder, classes, on_bad_sample: str):
             empty.append(c)
     if len(empty) == len(classes):
         raise DataError(f"{folder!r} has no image files ({', '.join(IMAGE_EXTENSIONS[::2])}) in its class folders.")
-    return np.array(sizes, dtype=np.int64).reshape(-1, 2), bad, empty
+    return np.array(sizes, dtype=np.int64).reshape(-1, 2), good, bad, empty
+
+
+def _listed_files(good, index):
+    """A dataset of exactly these (path, class) files: ImageFolderDataset cannot leave files out, and
+    MindSpore's skip mode covers only map ops (its reader fails on a dangling link; its decoder has no
+    decompression-bomb limit and would decode a 179-megapixel image)."""
+    paths = [p for p, _ in good]
+    labels = np.array([index[c] for _, c in good], dtype=np.int32)
+    d = ds.NumpySlicesDataset({"image": np.arange(len(paths), dtype=np.int64), "label": labels}, shuffle=False)
+    return d.map(lambda i: np.fromfile(paths[int(i)], dtype=np.uint8), "image")
 
 
 def imagefolder(cfg, seed):
@@ -142,14 +165,17 @@ def imagefolder(cfg, seed):
     for split in ("train", "val"):
         folder = os.path.join(root, split)
         present = [c for c in classes if os.path.isdir(os.path.join(folder, c))]
-        sizes[split], bad, empty = _image_sizes(folder, present, policy)
+        sizes[split], good, bad, empty = _image_sizes(folder, present, policy)
         if split == "train" and empty:
             raise DataError(
                 f"Class folders with no images in {folder!r}: {empty}. A class needs training images; "
                 "add some or remove the folder."
             )
         skipped += bad
-        d = ds.ImageFolderDataset(folder, shuffle=False, class_indexing=index, extensions=IMAGE_EXTENSIONS)
+        if bad:
+            d = _listed_files(good, index)
+        else:
+            d = ds.ImageFolderDataset(folder, shuffle=False, class_indexing=index, extensions=IMAGE_EXTENSIONS)
         # Decode as a map op (not decode=True in the reader) so that the error-samples mode applies to it.
         splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.

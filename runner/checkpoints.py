@@ -19,17 +19,20 @@ name, renames it into place, and records it in latest.json, also written by rena
 
 import json
 import logging
+import math
 import os
 import signal
+from typing import List, Optional
 
 import numpy as np
 from mindspore.train import Callback
 
 from runner.errors import ConfigError
 from runner.files import save_checkpoint, write_json
+from runner.interrupts import FinalPhaseInterrupted
+from runner.resume_config import STATE, has_checkpoint, in_place, step_files, wants_resume
 
 log = logging.getLogger("runner")
-STATE = "latest.json"
 STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named global_step
 
 
@@ -37,9 +40,22 @@ class Checkpointer(Callback):
     """Saves the train cell every `every_epochs` epochs and at the step end after SIGINT/SIGTERM."""
 
     def __init__(
-        self, cfg, ckpt_dir: str, steps_per_epoch: int, start: dict, epoch_loss, run_losses, writer: bool = True
+        self,
+        cfg,
+        ckpt_dir: str,
+        steps_per_epoch: int,
+        start: dict,
+        epoch_loss,
+        run_losses,
+        writer: bool = True,
+        series=None,
+        vetoed=None,
     ):
-        """epoch_loss() is the current epoch's mean training loss, run_losses() this process's loss per step."""
+        """epoch_loss() is the current epoch's mean training loss, run_losses() this process's loss per step.
+
+        series() is the monitor's whole-run per-step record (saved so a resume continues the curves);
+        vetoed() is true once the NaN guard stopped training: nothing after that is checkpointed.
+        """
         super().__init__()
         self.cfg = cfg
         self.dir = ckpt_dir
@@ -51,35 +67,59 @@ class Checkpointer(Callback):
         self.epoch_loss = epoch_loss
         self.run_losses = run_losses
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
+        self.series = series
+        self.vetoed = vetoed or (lambda: False)
+        self.last_saved = self.start_step if start.get("path") else None
         self.signum = None
+        self.final_phase = False
         self._old_handlers = {}
 
     # Python runs signal handlers between bytecodes of the main thread, so the flag is seen at the
     # next step end; the step in flight completes and the saved state is consistent.
     def _on_signal(self, signum, frame):
+        self.release()  # a second signal acts as it would have without us
+        if self.final_phase:
+            raise FinalPhaseInterrupted(signum)
         self.signum = signum
-        for sig, old in self._old_handlers.items():
-            signal.signal(sig, old)  # a second signal acts as it would have without us
 
-    def on_train_begin(self, run_context):
-        if self.cfg.on_signal:
+    def arm(self, final_phase: bool = False) -> None:
+        """Catch SIGINT/SIGTERM (checkpoint.on_signal): in training, stop at the next step end; in the
+        final phase (evaluation and report, after training), raise FinalPhaseInterrupted at once."""
+        self.final_phase = final_phase
+        if self.cfg.on_signal and not self._old_handlers:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
-    def on_train_end(self, run_context):
-        for sig, old in self._old_handlers.items():
+    def release(self) -> None:
+        """Give SIGINT/SIGTERM their previous handlers back."""
+        while self._old_handlers:
+            sig, old = self._old_handlers.popitem()
             signal.signal(sig, old)
+
+    def on_train_begin(self, run_context):
+        self.arm()
+
+    def on_train_end(self, run_context):
+        # The handlers stay for the final phase (no gap in which a signal kills the run silently).
+        self.final_phase = True
+        cb = run_context.original_args()
+        if self.signum is not None and self.last_saved != self.global_step(cb) and not self.vetoed():
+            self.save(cb, best_loss=None)  # the signal came after the last step's end
 
     def on_train_step_end(self, run_context):
         if self.signum is not None:
             cb = run_context.original_args()
-            path = self.save(cb, best_loss=None)
-            log.warning("signal %d: saved %s at step %d; stopping", self.signum, path, self.global_step(cb))
+            if not self.vetoed():
+                path = self.save(cb, best_loss=None)
+                log.warning("signal %d: saved %s at step %d; stopping", self.signum, path, self.global_step(cb))
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         if self.signum is not None or not self.cfg.every_epochs or cb.cur_epoch_num % self.cfg.every_epochs:
+            return
+        # Model.train calls epoch end after the guard's request_stop too: that state is the bad one.
+        if self.vetoed():
             return
         self.save(cb, best_loss=self.epoch_loss())
 
@@ -90,18 +130,33 @@ class Checkpointer(Callback):
         """The loss curve of the whole run, across resumes."""
         return np.concatenate([np.asarray(self.prior_losses, np.float32), self.run_losses()])
 
-    def save(self, cb, best_loss) -> str:
-        """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best."""
+    def save(self, cb, best_loss) -> Optional[str]:
+        """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best.
+
+        State holding any non-finite value (weights, BatchNorm statistics, optimizer moments) is
+        never written: the latest checkpoint stays the last finite one. Returns None then.
+        """
         step = self.global_step(cb)
         name = f"step_{step:08d}.ckpt"
         path = os.path.join(self.dir, name)
         if not self.writer:
             return path
+        bad = nonfinite_params(cb.train_network.parameters_dict())
+        if bad:
+            log.warning(
+                "not checkpointing step %d: %s hold non-finite values; the latest checkpoint stays %s",
+                step,
+                ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""),
+                self.kept[-1] if self.kept else "none",
+            )
+            return None
         os.makedirs(self.dir, exist_ok=True)
         save_checkpoint(cb.train_network, path, append_dict={STEP_KEY: step})
+        self.last_saved = step
         if name not in self.kept:
             self.kept.append(name)
-        if best_loss is not None and self.cfg.keep_best and (self.best is None or best_loss < self.best["loss"]):
+        finite_loss = best_loss is not None and math.isfinite(best_loss)
+        if finite_loss and self.cfg.keep_best and (self.best is None or best_loss < self.best["loss"]):
             self.best = {"file": name, "loss": best_loss, "global_step": step}
         best = self.best["file"] if self.best else None
         recent = [n for n in self.kept if n != best][-max(1, self.cfg.keep_last) :]
@@ -116,6 +171,11 @@ class Checkpointer(Callback):
             "best": self.best,
             "kept": self.kept,
         }
+        if self.series is not None:
+            # Per-step records of the whole run so far, for the curves and metrics of a resumed run.
+            series = self.series()
+            state["step_time_ms"] = [round(t, 3) for t in series["step_time_ms"]]
+            state["record_steps"] = series["step"]
         # The state names the new file before old ones go: a crash in between leaves extra files, never
         # a latest.json that points at nothing.
         write_json(os.path.join(self.dir, STATE), state)
@@ -126,10 +186,22 @@ class Checkpointer(Callback):
                 pass
         return path
 
+    def save_final(self, train_cell, step: int) -> Optional[str]:
+        """Checkpoint the end of training (unless that step is saved already), so resume can redo the
+        final phase (evaluation and report) after an interruption."""
+        if self.last_saved == step:
+            return None
+        from types import SimpleNamespace
+
+        return self.save(SimpleNamespace(train_network=train_cell, cur_step_num=step - self.start_step), None)
+
     def exit_if_interrupted(self):
         """After Model.train returned: a signal stopped it, so exit 128+signal (the run can resume)."""
         if self.signum is not None:
-            log.warning("interrupted; resume with resume=true and hydra.run.dir=<this run directory>")
+            self.release()
+            log.warning(
+                "interrupted; resume with resume=true and hydra.run.dir=%s", os.path.dirname(os.path.abspath(self.dir))
+            )
             raise SystemExit(128 + self.signum)
 
 
@@ -138,20 +210,21 @@ def find_resume(resume, run_dir: str) -> dict:
 
     resume=true (or "last") looks in this run's own checkpoints/ and starts fresh if there are none,
     so a re-queued job can always pass it. Any other value is a run directory, a checkpoints/
-    directory or a .ckpt file, and must exist.
+    directory or a .ckpt file, and must exist. An unreadable latest.json or a missing newest file
+    falls back to the newest intact checkpoint in the same directory, and says so.
     """
-    if resume is None or str(resume).lower() in ("false", "none", ""):
+    if not wants_resume(resume):
         return {}
-    if str(resume).lower() in ("true", "last"):
-        state = os.path.join(run_dir, "checkpoints", STATE)
-        if not os.path.exists(state):
+    if in_place(resume):
+        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        if not has_checkpoint(ckpt_dir):
             log.info("resume=true: no checkpoint in %s yet; starting from scratch", run_dir)
             return {}
-        return _read_state(state)
+        return _read_state(ckpt_dir)
     path = os.path.abspath(str(resume))
-    for cand in (os.path.join(path, "checkpoints", STATE), os.path.join(path, STATE)):
-        if os.path.exists(cand):
-            return _read_state(cand)
+    for ckpt_dir in (os.path.join(path, "checkpoints"), path):
+        if os.path.isdir(ckpt_dir) and has_checkpoint(ckpt_dir):
+            return _read_state(ckpt_dir)
     if os.path.isfile(path) and path.endswith(".ckpt"):
         params = _load(path)
         if STEP_KEY not in params:
@@ -176,11 +249,71 @@ def _load(path: str, **kwargs) -> dict:
         ) from None
 
 
-def _read_state(state_path: str) -> dict:
-    with open(state_path) as f:
-        state = json.load(f)
-    state["path"] = os.path.join(os.path.dirname(state_path), state["latest"])
-    return state
+def _readable(path: str) -> bool:
+    try:
+        return STEP_KEY in _load(path)
+    except ConfigError:
+        return False
+
+
+def _read_state(ckpt_dir: str) -> dict:
+    """latest.json's record, or the newest intact step_*.ckpt when latest.json or its file is broken."""
+    state_path = os.path.join(ckpt_dir, STATE)
+    problem = None
+    try:
+        with open(state_path) as f:
+            state = json.load(f)
+        state["path"] = os.path.join(ckpt_dir, state["latest"])
+        int(state["global_step"])
+        if os.path.isfile(state["path"]):
+            return state
+        problem = f"{state_path} names {state['latest']}, which is missing"
+    except FileNotFoundError:
+        problem = f"{state_path} is missing"
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+        problem = f"{state_path} is unreadable ({type(e).__name__}: {e})"
+    for name in step_files(ckpt_dir):
+        path = os.path.join(ckpt_dir, name)
+        if _readable(path):
+            step = int(name[len("step_") : -len(".ckpt")])
+            log.warning("resume: %s; resuming from the newest intact checkpoint, %s (step %d)", problem, path, step)
+            kept = [n for n in reversed(step_files(ckpt_dir)) if n <= name]
+            return {"path": path, "global_step": step, "kept": kept, "fallback": problem}
+    raise ConfigError(f"resume: {problem}, and {ckpt_dir} holds no intact step_*.ckpt to resume from.")
+
+
+def nonfinite_params(params: dict) -> List[str]:
+    """Names of the parameters (a name -> Parameter/Tensor dict) holding NaN or infinity."""
+    bad = []
+    for name, p in params.items():
+        a = p.asnumpy()
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            bad.append(name)
+    return bad
+
+
+def _last_finite(ckpt_dir: str, before: str) -> Optional[str]:
+    """The newest checkpoint in ckpt_dir other than `before` whose state is all finite."""
+    for name in step_files(ckpt_dir):
+        path = os.path.join(ckpt_dir, name)
+        if name == os.path.basename(before):
+            continue
+        try:
+            if not nonfinite_params(_load(path)):
+                return path
+        except ConfigError:
+            continue
+    return None
+
+
+# The learning-rate schedule is rebuilt from the config on every start (the same values when the
+# config is unchanged), so a changed epochs or an explicit new optim.lr takes effect; the
+# optimizer's stored copy must not overwrite it.
+SCHEDULE_PARAMS = ("learning_rate",)
+
+
+def _is_schedule(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in SCHEDULE_PARAMS)
 
 
 def restore(train_cell, state: dict, train_data, steps_per_model_epoch: int, total_steps: int) -> int:
@@ -189,23 +322,40 @@ def restore(train_cell, state: dict, train_data, steps_per_model_epoch: int, tot
     import mindspore.dataset as ds
 
     params = _load(state["path"])
+    bad = nonfinite_params(params)
+    if bad:
+        good = _last_finite(os.path.dirname(state["path"]), state["path"])
+        hint = f"resume={good}" if good else "a fresh run (no finite resumable checkpoint is left)"
+        raise ConfigError(
+            f"resume: {state['path']} holds non-finite values ({', '.join(bad[:3])}"
+            f"{' and more' if len(bad) > 3 else ''}); training from it would go on with a broken model. "
+            f"Use {hint} instead."
+        )
+    params = {k: v for k, v in params.items() if not _is_schedule(k)}
+    # The schedule the config just built, loaded onto itself: MindSpore would otherwise warn it was not loaded.
+    params.update({k: v for k, v in train_cell.parameters_dict().items() if _is_schedule(k)})
     try:
         missing, _ = ms.load_param_into_net(train_cell, params)
     except (ValueError, RuntimeError, TypeError) as e:  # shapes of another model
         missing = [str(e).strip().splitlines()[0]]
+    missing = [m for m in missing if not _is_schedule(m)]
     if missing:
         raise ConfigError(
             f"resume: {state['path']} does not fit this configuration (missing {', '.join(missing[:5])}); "
             "resume with the configuration the checkpoint was trained with."
         )
     step = int(state["global_step"])
-    if step >= total_steps:
-        raise ConfigError(f"resume: {state['path']} is at step {step}, the end of this run's {total_steps} steps.")
+    if step > total_steps:
+        raise ConfigError(
+            f"resume: {state['path']} is at step {step}, beyond this run's {total_steps} steps; "
+            "raise epochs to continue it."
+        )
     # Replay the pipeline instead of jumping: augmentations then draw the same random numbers as in
     # the uninterrupted run (MindSpore's fast recovery skips them and says they may differ).
     ds.config.set_fast_recovery(False)
     # set_init_step makes the next iterator start at this global step with the shuffle order the
     # uninterrupted run had there (measured: identical batches mid-epoch and across epochs).
-    train_data.set_init_step(step)
+    if step < total_steps:
+        train_data.set_init_step(step)
     log.info("resumed from %s at step %d", state["path"], step)
     return step // steps_per_model_epoch

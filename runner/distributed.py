@@ -45,6 +45,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def check_port_free(addr: str, port: int) -> None:
+    """Raise ConfigError when msrun's scheduler could not listen on addr:port (msrun would wait for
+    its ranks until distributed.timeout_s, then fail without naming the port)."""
+    with socket.socket() as s:
+        try:
+            s.bind((addr, port))
+        except OSError as e:
+            raise ConfigError(
+                f"distributed.master_port={port} cannot be used on {addr} ({e.strerror}): another run or program "
+                "holds it. Choose another port, or distributed.master_port=0 to pick a free one (single node)."
+            ) from None
+
+
 def msrun_command(cfg, run_dir: str, port: int) -> list:
     """The msrun command line that runs this config on every local rank."""
     d = cfg.distributed
@@ -88,9 +101,13 @@ def launch(cfg, run_dir: str):
     local_batch(cfg.batch_size, d.workers)  # fail here, not in every rank
     run_dir = os.path.abspath(run_dir)
     write_config(run_dir, cfg)
+    if d.master_port and d.node_rank == 0:
+        check_port_free(d.master_addr, d.master_port)
     port = d.master_port or free_port()
     cmd = msrun_command(cfg, run_dir, port)
-    env = dict(os.environ)
+    from runner.lock import hand_to_ranks
+
+    env = hand_to_ranks(run_dir, dict(os.environ))  # this process holds the run directory's lock for them
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, LOG_DIR)

@@ -7,7 +7,6 @@ writes top-1, top-5, loss, per-class accuracy and the confusion matrix into
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -17,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, OmegaConf
 
+from runner.app import entry_point
 from runner.errors import ConfigError
 from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
 
@@ -167,12 +167,13 @@ def evaluate(app) -> dict:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(app) -> float:
     with reported_errors():
         return evaluate(app)["top1"]
 
 
+cli = entry_point(main, lambda argv: check_run_argument(argv, "evaluate"))
+
 if __name__ == "__main__":
-    check_run_argument(sys.argv[1:], "evaluate")
-    main()
+    cli()

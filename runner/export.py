@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
 from datasets.settings import Choice
+from runner.app import entry_point
 from runner.errors import ConfigError, UserError
 from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
 
@@ -263,12 +264,13 @@ def _format_versions(fmt: str) -> dict:
     return {p: metadata.version(p) for _, p in NEEDS[fmt]}
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="export")
+@hydra.main(version_base="1.3", config_path="conf", config_name="export")
 def main(app) -> None:
     with reported_errors():
         export(app)
 
 
+cli = entry_point(main, lambda argv: check_run_argument(argv, "export"))
+
 if __name__ == "__main__":
-    check_run_argument(sys.argv[1:], "export")
-    main()
+    cli()

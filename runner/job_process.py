@@ -7,6 +7,7 @@ and the job callbacks are exactly what the basic launcher gives, and writes back
 import importlib
 import inspect
 import pickle
+import signal
 import sys
 import traceback
 
@@ -17,6 +18,10 @@ from hydra.types import HydraContext
 def main(job_file: str) -> None:
     """Load the job, run it through Hydra, pickle (status, value, error, dirs) for the launcher."""
     from hydra._internal.callbacks import Callbacks
+
+    from runner.app import _on_sigint
+
+    signal.signal(signal.SIGINT, _on_sigint)  # Ctrl-C during an import ends the job quietly too
 
     with open(job_file, "rb") as f:
         job = pickle.load(f)

@@ -7,7 +7,6 @@ datasets/ ops: channels, padding, normalization), and writes `<run>/predict-<tim
 import csv
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -17,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
+from runner.app import entry_point
 from runner.errors import ConfigError, DataError
 from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
 
@@ -180,12 +180,13 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
         print(f"... {len(paths) - app.show} more in predictions.csv")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="predict")
+@hydra.main(version_base="1.3", config_path="conf", config_name="predict")
 def main(app) -> None:
     with reported_errors():
         predict(app)
 
 
+cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"))
+
 if __name__ == "__main__":
-    check_run_argument(sys.argv[1:], "predict")
-    main()
+    cli()

@@ -4,9 +4,11 @@ Each phase takes its own slice of the config and returns a typed result; builder
 never the whole config.
 """
 
+import json
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -17,9 +19,12 @@ from hydra.core.hydra_config import HydraConfig
 from runner import distributed
 from runner.context import cap_cpu_isa, setup
 from runner.errors import UserError, as_out_of_memory
+from runner.interrupts import FinalPhaseInterrupted
 from runner.report.metrics import RunMetrics
 
 log = logging.getLogger("runner")
+SLOW_SETUP_S = 5.0  # a set-up step slower than this is reported
+LONG_RUN_STEPS = 1_000_000  # set-up that scales with the step count is announced beyond this
 
 
 @dataclass
@@ -83,15 +88,120 @@ def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
     return Plan(calls * sink_cfg.sink_size, calls, sink, sink_cfg.sink_size)
 
 
-def run(cfg) -> RunMetrics:
-    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics."""
+COMPLETE = ".runner.complete"  # written last: the run's outputs are all there
+
+
+def run(cfg) -> Optional[RunMetrics]:
+    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
+
+    None when a resumed run had nothing left to do (it was complete already).
+    """
     run_dir = HydraConfig.get().runtime.output_dir
+    if not distributed.in_msrun() and claim(cfg, run_dir):
+        return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
     env = environment(cfg, run_dir)
     parts = build(cfg, env)
-    outcome = train(parts, env, cfg.eval)
-    return report(cfg, env, parts, outcome)
+    try:
+        outcome = train(parts, env, cfg.eval)
+        return report(cfg, env, parts, outcome)
+    except FinalPhaseInterrupted as e:
+        interrupted_after_training(parts, env, e.signum)
+    finally:
+        parts.checkpointer.release()
+
+
+def claim(cfg, run_dir: str) -> bool:
+    """Lock the run directory and decide what a resume may do; True when the run is complete already.
+
+    A directory that holds a run (checkpoints, metrics) is reused only by resuming that run; a
+    resume's configuration is checked against the saved one (runner/resume_config.py).
+    """
+    from runner import lock, resume_config
+    from runner.resume_config import has_checkpoint, resume_source
+
+    lock.acquire(run_dir)
+    run_dir = os.path.abspath(run_dir)
+    source = resume_source(cfg.resume, run_dir)
+    held = _holds_run(run_dir)
+    if held and source != run_dir:
+        raise UserError(
+            f"{run_dir} already holds a run ({held}). A run directory is reused only to continue its run: "
+            f"resume=true (with a larger epochs=... to extend a finished one). To re-run its configuration, "
+            f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
+            "choose another hydra.run.dir."
+        )
+    stale = os.path.join(run_dir, resume_config.RECORD)
+    if source is None or not (has_checkpoint(os.path.join(source, "checkpoints")) or _complete(source)):
+        if os.path.exists(stale):
+            os.remove(stale)
+        return False
+    changes = resume_config.check(cfg, source, run_dir, HydraConfig.get().overrides.task)
+    # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
+    done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
+    if done and "epochs" in changes and not has_checkpoint(os.path.join(source, "checkpoints")):
+        raise UserError(
+            f"The run in {source} cannot be extended: it saved no resumable checkpoint "
+            "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
+        )
+    if done and "epochs" not in changes:
+        print(
+            f"The run in {source} is already complete ({done.get('steps')} steps, {cfg.epochs} epochs); "
+            "nothing to train. To train it longer, resume with a larger epochs=...",
+            flush=True,
+        )
+        return True
+    if changes:
+        log.warning("resume: applying %s", "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
+    return False
+
+
+def _run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:
+    """The run directory a resumable checkpoint belongs to (<run>/checkpoints/step_N.ckpt), if it is one."""
+    if not ckpt_path:
+        return None
+    ckpt_dir = os.path.dirname(os.path.abspath(ckpt_path))
+    return os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else None
+
+
+def interrupted_after_training(p: Parts, env: Env, signum: int):
+    """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
+    step = int(p.start.get("global_step", 0)) + (p.monitor.steps[-1] if p.monitor.steps else 0)
+    if p.guarding.guard.tripped is not None:
+        log.warning("signal %d while reporting a stopped (non-finite) run; its outputs are incomplete", signum)
+        raise SystemExit(128 + signum)
+    path = p.checkpointer.save_final(p.trainer.step_cell, step) if env.rank == 0 else None
+    log.warning(
+        "signal %d during the final phase (evaluation and report): training is complete at step %d%s; "
+        "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
+        signum,
+        step,
+        f" and checkpointed in {path}" if path else " and checkpointed",
+        env.run_dir,
+    )
+    raise SystemExit(128 + signum)
+
+
+def _complete(run_dir: str) -> Optional[dict]:
+    try:
+        with open(os.path.join(run_dir, COMPLETE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _holds_run(run_dir: str) -> Optional[str]:
+    """What in run_dir shows an earlier run that a fresh start would overwrite (None: nothing)."""
+    from runner.resume_config import has_checkpoint
+
+    if _complete(run_dir):
+        return "a finished run"
+    if has_checkpoint(os.path.join(run_dir, "checkpoints")):
+        return "an unfinished run with checkpoints"
+    if os.path.exists(os.path.join(run_dir, "metrics.json")):
+        return "a run's metrics.json"
+    return None
 
 
 def environment(cfg, run_dir: str) -> Env:
@@ -99,6 +209,11 @@ def environment(cfg, run_dir: str) -> Env:
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
+    if rank == 0 and distributed.in_msrun():
+        from runner import lock
+
+        if not lock.held_by_parent(run_dir):  # msrun started without the runner's launcher
+            lock.acquire(run_dir)
     if rank == 0:  # at the start, so a killed run can be resumed from its own config
         from runner.report.outputs import write_config
 
@@ -127,6 +242,14 @@ def build(cfg, env: Env) -> Parts:
     )
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
+    if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
+        log.warning(
+            "model.num_classes=%d but the data has %d classes: the model's %d extra outputs never match a "
+            "label (they only take probability away); model.num_classes=null takes the count from the data.",
+            cfg.model.num_classes,
+            data.num_classes,
+            cfg.model.num_classes - data.num_classes,
+        )
     # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
     # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
     if cfg.sink.enabled and env.target == "CPU":
@@ -135,7 +258,23 @@ def build(cfg, env: Env) -> Parts:
             "(recorded as sink.effective=false in metrics.json)."
         )
     plan = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU")
+    if plan.total_steps >= LONG_RUN_STEPS:
+        log.info(
+            "%d epochs of %d steps: %d steps; building their learning-rate schedule",
+            cfg.epochs,
+            data.steps_per_epoch,
+            plan.total_steps,
+        )
+    started = time.perf_counter()
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
+    if time.perf_counter() - started > SLOW_SETUP_S:
+        # The learning-rate schedule is computed per step for all total_steps: with epochs=100000 on tiny
+        # data that alone took minutes, silently.
+        log.warning(
+            "building the optimizer's learning-rate schedule for %d steps took %.0f s",
+            plan.total_steps,
+            time.perf_counter() - started,
+        )
     trainer = build_trainer(
         net,
         cfg.amp,
@@ -153,18 +292,33 @@ def build(cfg, env: Env) -> Parts:
             "it is here for numerics, not speed.",
             trainer.used.amp_level_used,
         )
-    params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir)
-    monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger)
     start = find_resume(cfg.resume, env.run_dir)
     steps_per_call = plan.total_steps // plan.train_epochs
     initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
+    start_step = int(start.get("global_step", 0))
+    prior_dir = _run_dir_of(start.get("path"))
+    guarding = build_guard(
+        env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, start_step, prior_dir
+    )
+    if start and "losses" not in start and prior_dir:
+        # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
+        start["losses"] = guarding.trace.prior_losses()
+    params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+    monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
     ckpt_dir = os.path.join(env.run_dir, "checkpoints")
     checkpointer = Checkpointer(
-        cfg.checkpoint, ckpt_dir, data.steps_per_epoch, start, monitor.epoch_mean_loss, monitor.losses, env.rank == 0
+        cfg.checkpoint,
+        ckpt_dir,
+        data.steps_per_epoch,
+        start,
+        monitor.epoch_mean_loss,
+        monitor.losses,
+        env.rank == 0,
+        series=monitor.series,
+        vetoed=lambda: guarding.guard.tripped is not None,
     )
-    guarding = build_guard(env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every)
-    shapes = InputShapes(env.mode, data.padding["compile_budget"])
+    shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
     return Parts(
         data, net, make_net, trainer, plan, monitor, shapes, guarding, checkpointer, logger, start, initial_epoch
     )
@@ -179,15 +333,21 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
     # Order: time the step, record its shape, trace/guard its outputs, then checkpoint what passed.
     callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, p.checkpointer]
+    start_step = p.start.get("global_step", 0)
     try:
-        p.trainer.model.train(
-            p.plan.train_epochs,
-            p.data.train,
-            callbacks,
-            dataset_sink_mode=p.plan.sink,
-            sink_size=p.plan.sink_size,
-            initial_epoch=p.initial_epoch,
-        )
+        if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
+            log.info(
+                "training ended at step %d before the interruption; finishing the evaluation and report", start_step
+            )
+        else:
+            p.trainer.model.train(
+                p.plan.train_epochs,
+                p.data.train,
+                callbacks,
+                dataset_sink_mode=p.plan.sink,
+                sink_size=p.plan.sink_size,
+                initial_epoch=p.initial_epoch,
+            )
     except (RuntimeError, MemoryError) as e:
         oom = as_out_of_memory(e, env.batch)
         if oom is None:
@@ -198,6 +358,7 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
             f"Could not write a checkpoint in {env.run_dir}: {e}. Earlier checkpoints are intact."
         ) from None
     p.checkpointer.exit_if_interrupted()
+    p.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
     record, failure = postmortem(
         p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
     )
@@ -208,6 +369,7 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
 
 def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
+    from runner import resume_config
     from runner.amp.guard import guard_metrics
     from runner.eval_metrics import as_metrics
     from runner.report import outputs
@@ -238,13 +400,20 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         cpu_isa=env.isa,
         seed=cfg.seed,
         batch_size=cfg.batch_size,
-        sink={"requested": cfg.sink.enabled, "effective": p.plan.sink, "sink_size": p.plan.sink_size},
+        sink={
+            "requested": cfg.sink.enabled,
+            "effective": p.plan.sink,
+            "sink_size_requested": cfg.sink.sink_size,
+            # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
+            "sink_size": p.plan.sink_size,
+        },
         distributed={"workers": env.world, "per_rank_batch": env.batch},
         train_samples=p.data.train_size,
         val_samples=p.data.val_size,
         versions=outputs.versions(),
         run_dir=env.run_dir,
         resumed_from=p.start.get("path"),
+        resume_changes=resume_config.recorded(env.run_dir) if p.start else {},
     )
 
 
@@ -272,6 +441,10 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
 
             save_checkpoint(p.net, m.checkpoint)
         outputs.finish(m, p.logger)
+        if not o.failure:
+            from runner.files import write_json
+
+            write_json(os.path.join(env.run_dir, COMPLETE), {"steps": m.steps, "epochs": cfg.epochs})
     except OSError as e:
         raise UserError(
             f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "

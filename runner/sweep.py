@@ -40,7 +40,7 @@ class JobRow:
     job: object  # the job number (an int), or the directory name
     dir: str
     overrides: List[str]
-    status: str = "ok"  # ok | failed
+    status: str = "ok"  # ok | failed | interrupted (a signal stopped it) | validated (dry_run=true)
     error: str = ""
     metrics: Optional[RunMetrics] = None
     config: dict = field(default_factory=dict)  # flattened, without the keys that only name the job
@@ -74,9 +74,19 @@ class SweepSummary(Callback):
         rows = collect(sweep_dir)
         if not rows:
             return
-        _failed.extend(r for r in rows if r.status != "ok")
+        _failed.extend(r for r in rows if r.status == "failed")
         notes = summarize(rows, sweep_dir, str(config.experiment_name))
         print(markdown(rows, notes), flush=True)
+        from hydra_plugins.runner_launcher.isolated_launcher import interruption
+
+        stop = interruption()
+        if stop["signal"]:
+            done = [f"#{r.job}" for r in rows if r.status == "ok"]
+            print(
+                f"Sweep interrupted by {stop['signal']}: finished {', '.join(done) or 'none'}; interrupted "
+                f"{', '.join(f'#{j}' for j in stop['jobs']) or 'none'}; {stop['not_started']} not started.",
+                flush=True,
+            )
 
 
 def collect(sweep_dir: Path) -> list:
@@ -108,9 +118,15 @@ def _row(job_dir: Path) -> JobRow:
     metrics, failed = job_dir / "metrics.json", job_dir / "failed.json"
     if failed.exists():
         info = json.loads(failed.read_text())
-        row.status, row.error = "failed", f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
+        if info.get("error_type") == "Interrupted":
+            row.status, row.error = "interrupted", info.get("error", "")
+        else:
+            row.status, row.error = "failed", f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
         return row
     if not metrics.exists():
+        if (hydra_dir / "config.yaml").exists() and OmegaConf.load(hydra_dir / "config.yaml").get("dry_run"):
+            row.status = "validated"  # dry_run=true: checked, nothing trained
+            return row
         row.status, row.error = "failed", "no metrics.json (the job did not finish)"
         return row
     row.metrics = RunMetrics.read(str(metrics))
@@ -155,7 +171,7 @@ def markdown(rows: list, notes: list) -> str:
     head = ["job", "overrides", "status", *[c[1] for c in COLUMNS]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"#{r.job}", r.label, r.status if r.status == "ok" else f"failed: {r.error}"]
+        cells = [f"#{r.job}", r.label, f"{r.status}: {r.error}" if r.error else r.status]
         for key, _, fmt in COLUMNS:
             v = r.value(key)
             cells.append(fmt.format(v) if v is not None and r.status == "ok" else "-")

@@ -1,11 +1,16 @@
 """Checks that need more than a type: ranges and contradictions, before anything heavy loads."""
 
+import math
+import os
+
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from datasets.errors import DataConfigError
 from datasets.settings import check_padding as check_padding_values
+from runner.context import check_cpu_isa
 from runner.errors import ConfigError
+from runner.preflight import target_allowed
 from runner.schema import AugmentConfig, Config, DataConfig, LossScaleConfig, OptimConfig, PaddingConfig
 
 # hydra.utils.instantiate may build only the project's own classes or MindSpore's.
@@ -14,10 +19,11 @@ ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.")
 
 def check_target(path: str, target) -> None:
     """Refuse an instantiate target outside the project and MindSpore (os.system, subprocess, ...)."""
-    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES):
+    # target_allowed reads the module's source: `runner.distributed.subprocess.run` is no runner class.
+    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES) or not target_allowed(target):
         raise ConfigError(
-            f"{path}={target!r} is refused: configs may only name classes of this project or MindSpore "
-            f"(targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
+            f"{path}={target!r} is refused: configs may only name classes and functions defined in this project "
+            f"or MindSpore (targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
         )
 
 
@@ -147,6 +153,16 @@ def _problems(cfg):
         yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
     if cfg.optim.min_lr < 0 or cfg.optim.min_lr > cfg.optim.lr:
         yield f"optim.min_lr must be between 0 and optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
+    if not 0 <= cfg.seed <= SEED_MAX:
+        yield f"seed must be between 0 and 2**32 - 1 ({SEED_MAX}), got {cfg.seed}"
+    cpus = os.cpu_count() or 1
+    if cfg.data.num_parallel_workers > cpus:
+        # Checked here: the dataset pipeline would fail on it only once built, with a traceback.
+        n = cfg.data.num_parallel_workers
+        yield f"data.num_parallel_workers must be at most the {cpus} CPUs of this machine, got {n}"
+    d = cfg.distributed
+    if d.master_port and not 1 <= d.master_port <= 65535:
+        yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
     if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
     yield from _augment_problems(cfg)
@@ -188,8 +204,37 @@ def _augment_problems(cfg):
         )
 
 
+def _resolved(cfg) -> dict:
+    """The config with every interpolation resolved, or ConfigError naming the one that cannot be."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(
+            f"{key} cannot be resolved ({str(e).splitlines()[0].strip()}). Give it a literal value, or an "
+            "interpolation that yields the setting's type (`python -m runner --cfg job` shows the config)."
+        ) from None
+
+
+def _non_finite(node, path=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _non_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _non_finite(value, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        yield f"{path}={node}"
+
+
+SEED_MAX = 2**32 - 1  # numpy's RandomState and MindSpore's set_seed take 0 .. 2**32 - 1
+
+
 def validate(cfg) -> None:
     """Raise ConfigError naming every value that is out of range or contradicts another."""
+    bad = list(_non_finite(_resolved(cfg)))
+    if bad:
+        raise ConfigError(f"Non-finite numbers are not settings: {', '.join(bad)}. Give finite values.")
     plain = OmegaConf.to_container(cfg)  # unresolved: a `_target_` is checked as written
     for path, target in targets(plain):
         check_target(path, target)
@@ -202,6 +247,7 @@ def validate(cfg) -> None:
             f"{getattr(e, 'full_key', '?')} is not a setting of the runner ({str(e).splitlines()[0].strip()}); "
             "`python -m runner --cfg job` lists them all."
         ) from None
+    check_cpu_isa(cfg.device)
     problems = list(_problems(cfg))
     if problems:
         raise ConfigError("Invalid configuration: " + "; ".join(problems) + ".")

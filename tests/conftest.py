@@ -31,6 +31,25 @@ def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=No
     return proc
 
 
+def start_cli(run_dir, *overrides):
+    """`python -m runner` started in the background (for signals and concurrency); stdout and stderr merged."""
+    cmd = [sys.executable, "-m", "runner", f"hydra.run.dir={run_dir}", *overrides]
+    base = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=base)
+
+
+def wait_for(proc, condition, timeout=300, poll=0.05):
+    """Poll condition() until true; fail with the process's output if it ends or the time runs out first."""
+    import time
+
+    deadline = time.time() + timeout
+    while not condition():
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise AssertionError(f"condition not reached (exit {proc.poll()}):\n{proc.stdout.read()[-3000:]}")
+        time.sleep(poll)
+
+
 def run_module(module, *args, check=True, timeout=600, env=None):
     """`python -m <module> <args>` from the repository root: runner.evaluate, runner.predict, runner.export."""
     cmd = [sys.executable, "-m", module, *map(str, args)]
@@ -67,7 +86,7 @@ def tiny_run(tmp_path_factory):
 
 def compose_cfg(*overrides):
     """The composed, typed config `python -m runner <overrides>` would run (no validation)."""
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "runner" / "conf"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 

@@ -67,3 +67,16 @@ def fake_cifar10(root, per_file, test_records, seed=0):
         (root / name).write_bytes(np.stack(recs).tobytes())
         out.append(labels)
     return np.concatenate(out[:5]), out[5]
+
+
+def oversized_png(path, width=20000, height=20000):
+    """A PNG whose header claims width x height pixels (400 megapixels by default) and holds no pixel data:
+    PIL refuses it at open with DecompressionBombError (over 2x Image.MAX_IMAGE_PIXELS), without allocating."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grayscale
+    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))

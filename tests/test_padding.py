@@ -111,6 +111,8 @@ def test_compile_counts_fixed_bucket_none(tmp_path):
     assert none["compile_count"] == none["distinct_input_shapes"] == none["padding"]["expected_batch_shapes"] == 4
     assert none["input_shapes"] == {"8x3x8x8": 1, "4x3x8x8": 1, "8x3x20x14": 1, "4x3x20x14": 1}
     assert "compiles again" in jobs["none"][1] and "compiled 4 times" in jobs["none"][1]
+    # The warning's expectation is metrics.json's: 4 batch shapes for padding=none, not "plans 1".
+    assert "4 batch shapes expected" in jobs["none"][1] and "plans 1" not in jobs["none"][1]
     assert "WARNING" not in jobs["fixed"][1] + jobs["bucket"][1]
     assert "[INFO] - new input shape" in jobs["bucket"][1]  # one per bucket is the plan: said, not warned
     assert bucket["padding"]["padded_pixel_fraction"] > fixed["padding"]["padded_pixel_fraction"] == 0

@@ -77,5 +77,5 @@ def test_ladder_is_one_command(tmp_path, tiny):
         ("graph", "O2", 64),
         ("graph", "O2", 64),
     ]
-    assert m[4]["sink"] == {"requested": True, "effective": False, "sink_size": -1}
+    assert m[4]["sink"] == {"requested": True, "effective": False, "sink_size_requested": -1, "sink_size": -1}
     assert "sink=on changed nothing" in proc.stdout

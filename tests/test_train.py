@@ -54,6 +54,9 @@ def test_sink_on_trains_and_reports_what_ran(tmp_path, tiny):
     assert m["sink"]["requested"] is True
     # MindSpore's Model.train does not sink on CPU; the runner says so instead of pretending.
     assert m["sink"]["effective"] is (m["device_target"] != "CPU")
+    # What was asked and what Model.train got (-1, a whole epoch, when nothing sinks) are both recorded.
+    assert m["sink"]["sink_size_requested"] == 8
+    assert m["sink"]["sink_size"] == (8 if m["sink"]["effective"] else -1)
     assert m["steps"] == m["train_samples"] // m["batch_size"]
 
 

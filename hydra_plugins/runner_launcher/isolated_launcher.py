@@ -10,6 +10,11 @@ every job). This launcher composes each job as the basic launcher does, then run
 
 A job that fails leaves `failed.json` in its directory (written by the task, or here when the
 process died) and returns NaN, so the sweep goes on and the summary shows it as failed.
+
+Ctrl-C: each job runs in its own session, so the console's SIGINT reaches only this process, which
+passes it on to the running job once (the job saves a checkpoint at its next step and exits 130;
+subprocess.run would instead SIGKILL it when the parent is interrupted). The jobs not started are
+skipped, the summary lists the finished and the interrupted jobs, and the CLI exits 130.
 """
 
 import logging
@@ -32,6 +37,17 @@ from omegaconf import OmegaConf, open_dict
 from runner.files import write_json
 
 log = logging.getLogger(__name__)
+_interrupted = {"signal": None, "jobs": [], "not_started": 0}
+
+
+def sweep_interrupted() -> bool:
+    """Whether a signal stopped the sweep this process ran."""
+    return _interrupted["signal"] is not None
+
+
+def interruption() -> dict:
+    """{"signal": name or None, "jobs": [job numbers it stopped], "not_started": count}, for the summary."""
+    return dict(_interrupted)
 
 
 @dataclass
@@ -40,7 +56,7 @@ class IsolatedLauncherConf:
 
 
 # Hydra imports this module while it scans the hydra_plugins namespace (plugins must live there),
-# which makes `hydra/launcher=isolated` available; conf/config.yaml selects it.
+# which makes `hydra/launcher=isolated` available; runner/conf/config.yaml selects it.
 ConfigStore.instance().store(group="hydra/launcher", name="isolated", node=IsolatedLauncherConf, provider="runner")
 
 
@@ -68,6 +84,10 @@ class IsolatedLauncher(Launcher):
         task = task_reference(self.task_function)
         runs: List[JobReturn] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            if sweep_interrupted():  # a signal stopped an earlier job: start no more
+                _interrupted["not_started"] += 1
+                runs.append(self._not_started(list(overrides)))
+                continue
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(cfg):
@@ -83,13 +103,18 @@ class IsolatedLauncher(Launcher):
             job_file, result_file = os.path.join(tmp, "job.pkl"), os.path.join(tmp, "result.pkl")
             with open(job_file, "wb") as f:
                 pickle.dump({"config": cfg, "task": task, "result": result_file}, f)
-            proc = subprocess.run([sys.executable, "-m", "runner.job_process", job_file])
+            returncode, signum = _run_and_forward([sys.executable, "-m", "runner.job_process", job_file])
+            if signum is not None:
+                _interrupted["signal"] = signal.Signals(signum).name
             result = None
             if os.path.exists(result_file):
                 with open(result_file, "rb") as f:
                     result = pickle.load(f)
         ret = JobReturn(overrides=overrides, hydra_cfg=cfg, status=JobStatus.COMPLETED)
         ret.cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        if signum is not None and (result is None or result["error"] is not None):
+            _interrupted["jobs"].append(int(cfg.hydra.job.num))
+            result = None
         if result is not None:
             ret.working_dir, ret.task_name = result["working_dir"], result["task_name"]
             ret._return_value = result["return_value"]
@@ -97,12 +122,53 @@ class IsolatedLauncher(Launcher):
                 _record_failure(result["output_dir"], result["error"])
                 ret._return_value = math.nan
         else:
-            why = f"the job's process exited with status {proc.returncode}"
-            if proc.returncode < 0:
-                why += f" ({signal.Signals(-proc.returncode).name})"
-            _record_failure(_job_dir(cfg), why + " before reporting a result")
+            if signum is not None:
+                job_dir = _job_dir(cfg)
+                why = f"interrupted by {signal.Signals(signum).name}"
+                if os.path.exists(os.path.join(job_dir, "checkpoints", "latest.json")):
+                    why += f"; its checkpoint is saved: resume={job_dir} continues it"
+                _record_failure(job_dir, why, "Interrupted")
+            else:
+                why = f"the job's process exited with status {returncode}"
+                if returncode < 0:
+                    why += f" ({signal.Signals(-returncode).name})"
+                _record_failure(_job_dir(cfg), why + " before reporting a result")
             ret._return_value = math.nan
         return ret
+
+    def _not_started(self, overrides: list) -> JobReturn:
+        ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
+        ret._return_value = math.nan
+        return ret
+
+
+def _run_and_forward(cmd: list):
+    """Run cmd in its own session; pass SIGINT/SIGTERM that reach this process on to it, then wait
+    for it to finish (it checkpoints first). Return (exit status, the signal forwarded or None)."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    forwarded = None
+
+    def on_term(signum, frame):
+        raise _Forward(signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        while True:
+            try:
+                return proc.wait(), forwarded
+            except KeyboardInterrupt:
+                forwarded = signal.SIGINT
+            except _Forward as f:
+                forwarded = f.signum
+            proc.send_signal(forwarded)  # a second Ctrl-C is passed on too, and stops the job at once
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Forward(Exception):
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _job_dir(cfg) -> str:
@@ -116,9 +182,9 @@ def _job_dir(cfg) -> str:
         HydraConfig.instance().cfg = previous
 
 
-def _record_failure(job_dir: str, error: str) -> None:
+def _record_failure(job_dir: str, error: str, kind: str = "JobProcessError") -> None:
     """failed.json for the sweep summary, unless the task already wrote a more precise one."""
     path = os.path.join(job_dir, "failed.json")
     os.makedirs(job_dir, exist_ok=True)
-    if not os.path.exists(path):
-        write_json(path, {"error": error, "error_type": "JobProcessError"})
+    if not os.path.exists(path) or kind == "Interrupted":
+        write_json(path, {"error": error, "error_type": kind})

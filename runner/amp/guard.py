@@ -37,26 +37,43 @@ class LossScaleTrace(Callback):
     synchronous anyway, and with data sink on GPU/Ascend the callback runs once per sink.
     """
 
-    def __init__(self, path: str, scale_type: str, drops: bool, listeners: List[Callable] = (), flush_every: int = 1):
+    def __init__(
+        self,
+        path: str,
+        scale_type: str,
+        drops: bool,
+        listeners: List[Callable] = (),
+        flush_every: int = 1,
+        start_step: int = 0,
+        prior_from: Optional[str] = None,
+    ):
+        """start_step: a resumed run's global step; the rows up to it (from prior_from, by default
+        this same file) are kept, later ones dropped."""
         super().__init__()
         self.path = path
         self.scale_type = scale_type
         self.drops = drops
         self.listeners = list(listeners)
         self.flush_every = max(1, flush_every)
-        self.scales, self.overflows = [], []
+        self.start_step = start_step
+        self.prior_rows = read_trace(prior_from or path, start_step) if start_step else []
+        self.scales = [float(r[3]) for r in self.prior_rows]
+        self.overflows = [bool(int(r[2])) for r in self.prior_rows]
         self._file = self._writer = None
 
     def on_train_begin(self, run_context):
+        # A resumed run rewrites the rows it continues from, so the file covers the whole run once.
         self._file = open(self.path, "w", newline="")
         self._writer = csv.writer(self._file)
         self._writer.writerow(["step", "loss", "overflow", "scale"])
+        self._writer.writerows(self.prior_rows)
+        self._file.flush()
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
         loss, overflow, scale = (float(np.asarray(t.asnumpy()).reshape(-1)[0]) for t in cb.net_outputs[:3])
         overflow = bool(overflow)
-        step = cb.cur_step_num
+        step = self.start_step + cb.cur_step_num
         self._writer.writerow([step, f"{loss:.6g}", int(overflow), f"{scale:.6g}"])
         if step % self.flush_every == 0:
             self._file.flush()
@@ -68,6 +85,10 @@ class LossScaleTrace(Callback):
     def on_train_end(self, run_context):
         if self._file:
             self._file.close()
+
+    def prior_losses(self) -> List[float]:
+        """The losses of the rows kept from before the resume (6 significant digits)."""
+        return [float(r[1]) for r in self.prior_rows]
 
     def summary(self) -> dict:
         """The `loss_scale` block of metrics.json."""
@@ -81,6 +102,23 @@ class LossScaleTrace(Callback):
             "skipped_steps": over if self.drops else 0,
             "trace": os.path.basename(self.path),
         }
+
+
+def read_trace(path: str, upto: int) -> list:
+    """loss_scale.csv's rows (as strings) up to global step `upto`; [] when the file is missing."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))[1:]
+    except OSError:
+        return []
+    kept = []
+    for r in rows:
+        try:
+            if len(r) == 4 and int(r[0]) <= upto:
+                kept.append(r)
+        except ValueError:  # a line cut short by a kill
+            continue
+    return kept
 
 
 @dataclass
@@ -100,15 +138,16 @@ class NanGuard:
     `net` holds the FP32 master parameters; they are copied every `snapshot_every` steps while finite.
     """
 
-    def __init__(self, net, dynamic: bool, patience: int, snapshot_every: int):
+    def __init__(self, net, dynamic: bool, patience: int, snapshot_every: int, start_step: int = 0):
         self.net = net
+        self.start_step = start_step  # a resumed run's global step: trips report global steps
         self.dynamic = dynamic
         self.patience = max(1, patience)
         self.snapshot_every = max(1, snapshot_every)
         self.stuck = 0  # consecutive overflowing steps the scale can no longer answer
         self.tripped: Optional[Trip] = None
         self.good = None  # (step, {name: array}) of the last weights known to be finite
-        self.snapshot(0)
+        self.snapshot(start_step)
 
     def check(self, run_context, step: int, loss: float, overflow: bool, scale: float) -> None:
         """A LossScaleTrace listener: one step's outputs."""
@@ -127,8 +166,9 @@ class NanGuard:
             return
         cb = run_context.original_args()
         batch = cb.get("train_dataset_element")  # None with data sink: the batch stays on the device
-        self.tripped = Trip(reason, cb.cur_step_num, loss, scale, [t.asnumpy() for t in batch] if batch else None)
-        log.error("NaN guard: %s at step %d; stopping", reason, cb.cur_step_num)
+        step = self.start_step + cb.cur_step_num
+        self.tripped = Trip(reason, step, loss, scale, [t.asnumpy() for t in batch] if batch else None)
+        log.error("NaN guard: %s at step %d; stopping", reason, step)
         run_context.request_stop()
 
     def snapshot(self, step: int) -> bool:
@@ -229,17 +269,23 @@ class Guarding:
     max_islands: int  # FP32 islands the post-mortem may add
 
 
-def build_guard(run_dir: str, net, step_cell, used, diagnose_cfg, log_every: int) -> Guarding:
-    """The trace, the guard and (diagnose=on) the gradient statistics for this run."""
+def build_guard(
+    run_dir: str, net, step_cell, used, diagnose_cfg, log_every: int, start_step: int = 0, prior_dir: str = None
+) -> Guarding:
+    """The trace, the guard and (diagnose=on) the gradient statistics for this run.
+
+    start_step: a resumed run's global step; the trace continues prior_dir's loss_scale.csv from there."""
     from runner.amp.diagnose import GradStats
 
-    guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every)
+    guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every, start_step)
     trace = LossScaleTrace(
         os.path.join(run_dir, "loss_scale.csv"),
         used.loss_scale_type_used,
         used.drops_overflow,
         listeners=[guard.check],
         flush_every=log_every,
+        start_step=start_step,
+        prior_from=os.path.join(prior_dir, "loss_scale.csv") if prior_dir else None,
     )
     if not diagnose_cfg.enabled:
         return Guarding(trace, guard, None, [trace], diagnose_cfg.max_islands)

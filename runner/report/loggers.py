@@ -24,11 +24,16 @@ FINAL_KEYS = (
 )
 
 
-def build_logger(logger_cfg, params: dict, experiment_name: str, run_dir: str):
-    """The logger the `logger` group names, started with the run's config (as a plain dict) as params."""
+def build_logger(
+    logger_cfg, params: dict, experiment_name: str, run_dir: str, start_step: int = 0, prior_dir: str = None
+):
+    """The logger the `logger` group names, started with the run's config (as a plain dict) as params.
+
+    start_step: a resumed run's global step; metrics.csv keeps prior_dir's rows (this run's by default)
+    up to there."""
     kind = logger_cfg.name
     if kind == "csv":
-        return CsvLogger(run_dir)
+        return CsvLogger(run_dir, start_step, prior_dir)
     params = _flatten(params)
     if kind == "tensorboard":
         return TensorBoardLogger(run_dir, params)
@@ -44,22 +49,70 @@ def final_scalars(m) -> dict:
 
 
 class CsvLogger:
-    """metrics.csv in the run directory: one row per logged step, then one row of final values."""
+    """metrics.csv in the run directory: one row per logged step, then one row of final values.
 
-    def __init__(self, run_dir: str):
+    Each logged row is appended and flushed at once (a killed run keeps its rows); the file is
+    rewritten whole, with the final row's columns, when the run ends. A resumed run keeps the
+    logged rows up to the step it resumed from and continues after them.
+    """
+
+    LIVE = ["step", "train/loss", "train/step_time_ms"]
+
+    def __init__(self, run_dir: str, start_step: int = 0, prior_dir: str = None):
         self.path = os.path.join(run_dir, "metrics.csv")
-        self.rows = []
+        prior = os.path.join(prior_dir, "metrics.csv") if prior_dir else self.path
+        self.rows = self._earlier(prior, start_step) if start_step else []
+        self._file = None
+
+    @staticmethod
+    def _earlier(path: str, start_step: int) -> list:
+        try:
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+        except OSError:
+            return []
+        keep = []
+        for row in rows:
+            try:
+                step = int(row.get("step") or -1)
+            except ValueError:  # a line cut short by a kill
+                continue
+            if 0 <= step <= start_step and not row.get("final_loss"):  # not the final row of an earlier end
+                keep.append({k: _number(v) for k, v in row.items() if k and v not in (None, "")})
+        return keep
 
     def log_metrics(self, values: dict, step: int) -> None:
-        self.rows.append({"step": step, **values})
+        row = {"step": step, **values}
+        self.rows.append(row)
+        if self._file is None:
+            self._file = open(self.path, "w", newline="")
+            self._live = csv.DictWriter(self._file, fieldnames=self.LIVE, extrasaction="ignore")
+            self._live.writeheader()
+            self._live.writerows(self.rows[:-1])
+        self._live.writerow(row)
+        self._file.flush()  # every log_every steps: cheap, and SIGKILL leaves the rows so far
 
     def finish(self, metrics, artifacts: list) -> None:
+        if self._file is not None:
+            self._file.close()
         self.rows.append({"step": metrics.steps, **final_scalars(metrics)})
         fields = list(dict.fromkeys(k for row in self.rows for k in row))
-        with open(self.path, "w", newline="") as f:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             writer.writerows(self.rows)
+        os.replace(tmp, self.path)
+
+
+def _number(v: str):
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return v
 
 
 class TensorBoardLogger:

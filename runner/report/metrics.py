@@ -56,7 +56,7 @@ class RunMetrics:
     cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
     seed: int = 0
     batch_size: int = 0  # global batch
-    sink: dict = field(default_factory=dict)  # requested, effective, sink_size
+    sink: dict = field(default_factory=dict)  # requested, effective, sink_size_requested, sink_size (effective)
     distributed: dict = field(default_factory=dict)  # workers, per_rank_batch
     train_samples: int = 0
     val_samples: int = 0
@@ -65,6 +65,7 @@ class RunMetrics:
     # files
     run_dir: str = ""
     resumed_from: Optional[str] = None  # the checkpoint this run continued from
+    resume_changes: Dict[str, list] = field(default_factory=dict)  # key -> [saved, new] applied on resume
     checkpoint: Optional[str] = None  # model.ckpt, the final FP32 weights; None when not saved
     plot: Optional[str] = None  # curves.png
     advice: List[str] = field(default_factory=list)  # notes grounded in these numbers

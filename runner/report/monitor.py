@@ -24,8 +24,18 @@ class RunMonitor(Callback):
     costs two perf_counter calls and two list appends.
     """
 
-    def __init__(self, log_every: int, total_steps: int, batch_size: int, logger=None):
+    def __init__(self, log_every: int, total_steps: int, batch_size: int, logger=None, start: dict = None):
+        """start: the resume state; steps are counted on from its global_step and its per-step
+        records (losses, step_time_ms, record_steps in latest.json) head the run's series."""
         super().__init__()
+        start = start or {}
+        self.start_step = int(start.get("global_step", 0))
+        losses = list(start.get("losses", []))
+        self.prior = {
+            "loss": losses,
+            "step_time_ms": list(start.get("step_time_ms", [])),
+            "step": list(start.get("record_steps", [])),
+        }
         self.log_every = max(1, log_every)
         self.total_steps = total_steps
         self.batch_size = batch_size
@@ -36,7 +46,7 @@ class RunMonitor(Callback):
         self.outputs = []
         self._last = None
         self._begin = None
-        self._logged = 0
+        self._logged = self.start_step // self.log_every
         self._epoch_start = 0  # index into outputs where the current epoch began
         self._start = None
         self._bar = None
@@ -59,25 +69,26 @@ class RunMonitor(Callback):
         self._last = now
         self.steps.append(cb.cur_step_num)
         self.outputs.append(cb.net_outputs)
+        step = self.start_step + cb.cur_step_num  # the run's global step, across resumes
         if self._bar is None and now - self._start > PROGRESS_AFTER_S and sys.stdout.isatty():
-            self._bar = _ProgressBar(self.total_steps)
+            self._bar = _ProgressBar(self.total_steps, self.start_step)
         if self._bar is not None:
-            self._bar.update(cb.cur_step_num)
-        if cb.cur_step_num // self.log_every > self._logged or cb.cur_step_num == self.total_steps:
-            self._logged = cb.cur_step_num // self.log_every
-            self._log(cb)
+            self._bar.update(step)
+        if step // self.log_every > self._logged or step == self.total_steps:
+            self._logged = step // self.log_every
+            self._log(cb, step)
 
     def on_train_end(self, run_context):
         if self._bar is not None:
             self._bar.close()
 
-    def _log(self, cb):
+    def _log(self, cb, step: int):
         loss = float(_first(cb.net_outputs).asnumpy())  # the one host-device sync, every log_every
         per_step = self.intervals[-1] / self.steps_in_last_call() * 1000
         log.info(
             "epoch %d step %d/%d loss %.4f step %.1f ms",
             cb.cur_epoch_num,
-            cb.cur_step_num,
+            step,
             self.total_steps,
             loss,
             per_step,
@@ -85,7 +96,7 @@ class RunMonitor(Callback):
         if self._bar is not None:
             self._bar.show(loss, per_step)
         if self.logger is not None:
-            self.logger.log_metrics({"train/loss": loss, "train/step_time_ms": per_step}, cb.cur_step_num)
+            self.logger.log_metrics({"train/loss": loss, "train/step_time_ms": per_step}, step)
 
     def steps_in_last_call(self) -> int:
         return self.steps[-1] - (self.steps[-2] if len(self.steps) > 1 else 0)
@@ -100,16 +111,25 @@ class RunMonitor(Callback):
         return float(np.mean(losses)) if len(losses) else None
 
     def series(self) -> dict:
-        """Per step call: step number, loss and step time in ms."""
+        """Per step call of the whole run (a resumed run's earlier calls first): global step, loss, ms/step."""
         counts = np.diff([0] + self.steps)
+        n = len(self.prior["loss"])
+        prior_steps = self.prior["step"] if len(self.prior["step"]) == n else list(range(1, n + 1))
+        prior_ms = self.prior["step_time_ms"] if len(self.prior["step_time_ms"]) == n else [float("nan")] * n
         return {
-            "step": list(self.steps),
-            "loss": self.losses().tolist(),
-            "step_time_ms": (np.array(self.intervals) / counts * 1000).tolist(),
+            "step": list(prior_steps) + [self.start_step + s for s in self.steps],
+            "loss": list(self.prior["loss"]) + self.losses().tolist(),
+            "step_time_ms": list(prior_ms) + (np.array(self.intervals) / counts * 1000).tolist(),
         }
 
     def timing(self) -> dict:
-        """Compile time (first call minus a steady call) and steady-state per-step statistics."""
+        """Compile time (first call minus a steady call) and steady-state per-step statistics.
+
+        Of this process's steps; a resume that had no step left to train (it only finishes the
+        evaluation and report) reports those of the steps recorded before it.
+        """
+        if not self.steps:
+            return self._prior_timing()
         counts = np.diff([0] + self.steps)
         per_step = np.array(self.intervals) / counts
         steady = per_step[1:] if len(per_step) > 1 else per_step
@@ -126,14 +146,29 @@ class RunMonitor(Callback):
             "train_seconds": float(np.sum(self.intervals)),
             # Between a step's end and the next step's begin: data fetch, callbacks, Python.
             "host_fraction": float(np.sum(self.gaps) / steady_time) if self.gaps else None,
-            "steps": int(self.steps[-1]),
+            "steps": self.start_step + int(self.steps[-1]),
+        }
+
+    def _prior_timing(self) -> dict:
+        ms = np.array([t for t in self.prior["step_time_ms"] if np.isfinite(t)] or [0.0]) / 1000
+        steady = ms[1:] if len(ms) > 1 else ms
+        median = float(np.median(steady))
+        return {
+            "compile_seconds": max(0.0, float(ms[0]) - median),
+            "first_call_seconds": float(ms[0]),
+            "step_time_median_ms": median * 1000,
+            "step_time_p90_ms": float(np.percentile(steady, 90)) * 1000,
+            "throughput_samples_per_s": self.batch_size / median if median > 0 else 0.0,
+            "train_seconds": float(np.sum(ms)),
+            "host_fraction": None,
+            "steps": self.start_step,
         }
 
 
 class _ProgressBar:
     """rich's progress bar on a terminal; the runner's console log lines pause while it shows."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, done: int = 0):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
@@ -143,7 +178,7 @@ class _ProgressBar:
             TimeRemainingColumn(),
             TextColumn("{task.fields[info]}"),
         )
-        self.task = self.progress.add_task("train", total=total, info="")
+        self.task = self.progress.add_task("train", total=total, completed=done, info="")
         # Hydra's console handler writes to the real stdout, under the bar; runner.log keeps every line.
         self.filtered = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
         for h in self.filtered:

@@ -13,7 +13,9 @@ def run_plot(series: dict, path: str, title: str) -> str:
     panels = [p for p in panels if series.get(p[0]) is not None]
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
     for ax, (key, label, log_y) in zip(axes[:, 0], panels):
-        ax.plot(series["step"], series[key], marker="." if len(series["step"]) < 50 else None)
+        # A resume from a bare .ckpt knows the earlier losses of no step: the series align at their end.
+        n = min(len(series["step"]), len(series[key]))
+        ax.plot(series["step"][-n:], series[key][-n:], marker="." if n < 50 else None)
         ax.set_ylabel(label)
         if log_y and min(series[key]) > 0:
             ax.set_yscale("log")
@@ -35,7 +37,7 @@ def sweep_chart(rows: list, path: str, title: str) -> str:
     y = list(range(len(rows)))[::-1]
     a.barh(y, thr, color=["tab:red" if r.status != "ok" else "tab:blue" for r in rows])
     for yi, r, t in zip(y, rows, thr):
-        text = "failed" if r.status != "ok" else (f"x{r.speedup:.2f}" if r.speedup else "")
+        text = r.status if r.status != "ok" else (f"x{r.speedup:.2f}" if r.speedup else "")
         a.text(t, yi, " " + text, va="center", fontsize=8)
     a.set_yticks(y, labels, fontsize=8)
     a.set_xlabel(f"throughput (samples/s); xN = speedup vs job #{rows[0].job}")

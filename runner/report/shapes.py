@@ -15,10 +15,12 @@ class InputShapes(Callback):
     beyond it, and compile counts above it, are logged as warnings.
     """
 
-    def __init__(self, mode: str, budget: int = 1):
+    def __init__(self, mode: str, budget: int = 1, padding: dict = None):
+        """padding: the data's padding report (its kind and expected_batch_shapes name the warning's numbers)."""
         super().__init__()
         self.compiles = mode in ("graph", "jit")
         self.budget = budget
+        self.padding = padding or {}
         self.counts = Counter()
 
     def on_train_step_begin(self, run_context):
@@ -41,12 +43,18 @@ class InputShapes(Callback):
     def metrics(self, compile_count: int) -> dict:
         """metrics.json entries; warns once more when the graph compiled more than once."""
         if compile_count > self.budget:
+            expected = self.padding.get("expected_batch_shapes")
+            if self.padding.get("kind") == "none":
+                # padding=none plans no shape: the data's own sizes decide, as expected_batch_shapes counts.
+                plan = f"padding=none keeps the data's sizes: {expected} batch shapes expected, 1 with padding=fixed"
+            else:
+                plan = f"the padding option plans {self.budget}; {expected} batch shapes expected"
             log.warning(
-                "the training graph compiled %d times for %d distinct input shapes (the padding option plans %d); "
-                "every compile costs a slow step (see metrics.json input_shapes and padding).",
+                "the training graph compiled %d times for %d distinct input shapes (%s); every compile costs "
+                "a slow step (see metrics.json input_shapes and padding.expected_batch_shapes).",
                 compile_count,
                 len(self.counts),
-                self.budget,
+                plan,
             )
         return {
             "distinct_input_shapes": len(self.counts),

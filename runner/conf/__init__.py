@@ -1,0 +1,1 @@
+"""Hydra config groups of the runner; a package so Hydra finds them as pkg://runner.conf when installed."""

@@ -1,0 +1,111 @@
+"""Installed the usual ways, the runner works from any directory: the config groups ship inside the
+package, the isolated launcher is found, and the console script (with Hydra's shell completion) runs."""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+from conftest import REPO, TINY, metrics
+
+IGNORED = shutil.ignore_patterns(".venv", ".git", "outputs", "multirun", "__pycache__", "*.egg-info", "build")
+
+
+def fresh_venv(path, *pip_args):
+    """A new venv with the runner installed by `pip install --no-deps <pip_args>`, that sees this venv's
+    site-packages (MindSpore, Hydra) through a .pth line written after the install (else pip would find
+    this venv's runner already installed), and not this venv's runner: a .pth path line does not run
+    the .pth files found there."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    cmd = [sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "-q", "--no-deps"]
+    # Built in pip's isolated build environment: this venv's runner must stay out of pip's sight.
+    subprocess.run([*cmd, *pip_args], check=True, capture_output=True, env=clean_env())
+    site = subprocess.run(
+        [str(path / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with open(os.path.join(site, "main-venv.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    return path / "bin"
+
+
+def clean_env():
+    """No PYTHONPATH: the runner must come from the venv, not from this checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ONEDNN_MAX_CPU_ISA")}
+
+
+def run(cmd, cwd, timeout=600):
+    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.mark.slow
+def test_editable_install_runs_from_another_directory(tmp_path):
+    # pip's default editable install maps packages with an import hook, which Hydra's plugin scan
+    # cannot walk: the isolated launcher must still be found, and the config groups too.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=IGNORED)
+    bin_dir = fresh_venv(tmp_path / "venv", "-e", str(src))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run(
+        [str(bin_dir / "python"), "-m", "runner", "-m", "dry_run=true", f"hydra.sweep.dir={tmp_path}/s"], elsewhere
+    )
+    assert "Configuration is valid" in proc.stdout
+    proc = run([str(bin_dir / "msrun-train"), "--cfg", "job", "amp=o2"], elsewhere)
+    assert "level: O2" in proc.stdout
+
+
+@pytest.mark.slow
+def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=IGNORED)
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    (wheel,) = wheels.glob("*.whl")
+    bin_dir = fresh_venv(tmp_path / "venv", str(wheel))
+    work = tmp_path / "work"
+    work.mkdir()
+    where = run([str(bin_dir / "python"), "-c", "import runner; print(runner.__file__)"], work).stdout
+    assert str(tmp_path / "venv") in where  # the wheel's copy, not this checkout
+
+    run([str(bin_dir / "msrun-train"), *TINY, f"hydra.run.dir={work}/one"], work)
+    assert metrics(work / "one")["val_accuracy"] > 0.3
+    evaluated = run([str(bin_dir / "msrun-evaluate"), f"run={work}/one"], work).stdout
+    assert "top1" in evaluated  # the other commands' console scripts, from the wheel's runner/conf too
+    run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "runner",
+            "-m",
+            "seed=0,1",
+            "eval=false",
+            *TINY,
+            f"hydra.sweep.dir={work}/sweep",
+        ],
+        work,
+    )
+    assert sorted(metrics(work / "sweep" / str(i))["seed"] for i in (0, 1)) == [0, 1]
+    assert (work / "sweep" / "summary.md").exists()
+
+    # Hydra's tab completion answers for the console script (it cannot for `python -m`).
+    comp = subprocess.run(
+        [str(bin_dir / "msrun-train"), "-sc", "query=bash"],
+        cwd=work,
+        env={**clean_env(), "COMP_LINE": "msrun-train amp=o", "COMP_POINT": "20"},
+        capture_output=True,
+        text=True,
+    )
+    assert set(comp.stdout.split()) >= {"amp=o0", "amp=o1", "amp=o2", "amp=o3"}

@@ -1,0 +1,179 @@
+"""No configuration, however it is found, runs a callable of its own choosing: the composed config
+(its `hydra` node included) is checked before Hydra instantiates anything."""
+
+import os
+import pickle
+
+import pytest
+from conftest import REPO, run_cli
+
+# Each of these would create, truncate or overwrite MARKER if Hydra got to instantiate it.
+FILE_HANDLER = "_target_: logging.FileHandler\n      filename: {marker}\n      mode: w\n"
+COPY = "_target_: shutil.copyfile\n      src: /etc/hostname\n      dst: {marker}\n"
+
+
+def refused(proc, key: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert f"Error: {key}" in " ".join(proc.stderr.split()), proc.stderr
+    assert "refused" in proc.stderr
+
+
+@pytest.fixture
+def marker(tmp_path):
+    """A file the attack would truncate or overwrite: it must keep its content."""
+    path = tmp_path / "marker.txt"
+    path.write_text("untouched")
+    yield path
+    assert path.read_text() == "untouched", "the foreign callable ran"
+
+
+def callback_yaml(body: str, marker, package_global=True) -> str:
+    head = "# @package _global_\n" if package_global else ""
+    return head + "hydra:\n  callbacks:\n    x:\n      " + body.format(marker=marker)
+
+
+def test_config_dir_and_config_name(tmp_path, marker):
+    conf = tmp_path / "myconf"
+    conf.mkdir()
+    (conf / "mine.yaml").write_text("defaults: [config, _self_]\n" + callback_yaml(FILE_HANDLER, marker, False))
+    proc = run_cli(None, "--config-dir", str(conf), "--config-name", "mine", "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
+
+
+def test_relative_config_path_is_found_where_hydra_finds_it(tmp_path, marker):
+    # Hydra resolves a relative --config-path against runner/ (where @hydra.main is), not the cwd.
+    conf = tmp_path / "saved"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("defaults: [base_config, _self_]\n" + callback_yaml(COPY, marker, False))
+    relative = os.path.relpath(conf, REPO / "runner")
+    proc = run_cli(None, "--config-path", relative, "--config-name", "config", "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
+
+
+def test_callback_in_a_file_pulled_in_through_defaults(tmp_path, marker):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("defaults: [base_config, innocent, _self_]\nepochs: 1\n")
+    (conf / "innocent.yaml").write_text(callback_yaml(FILE_HANDLER, marker))
+    proc = run_cli(None, "--config-path", str(conf), "--config-name", "config", "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
+
+
+def test_experiment_file_in_a_config_dir(tmp_path, marker):
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    (tmp_path / "extra" / "experiment" / "fast.yaml").write_text(callback_yaml(COPY, marker) + "epochs: 1\n")
+    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=fast", "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
+
+
+@pytest.mark.parametrize(
+    "handler,key",
+    [
+        # A FileHandler is Hydra's own default, but only for <run dir>/<job name>.log.
+        ("class: logging.FileHandler\n        filename: {marker}\n        mode: w", "hydra.job_logging.handlers.x="),
+        ("class: shutil.copyfile\n        src: /etc/hostname\n        dst: {marker}", "hydra.job_logging.handlers.x="),
+        # Hydra 1.3.8 blocks these itself, with a traceback: the runner refuses them as cleanly as the rest.
+        ("(): os.system\n        command: 'echo x > {marker}'", "hydra.job_logging.handlers.x={'()': 'os.system'"),
+        (
+            '(): builtins.exec\n        source: \'open("{marker}", "w")\'',
+            "hydra.job_logging.handlers.x={'()': 'builtins.exec'",
+        ),
+        (
+            "(): subprocess.Popen\n        args: [cp, /etc/hostname, '{marker}']",
+            "hydra.job_logging.handlers.x={'()': 'subprocess.Popen'",
+        ),
+    ],
+)
+def test_job_logging_handlers(tmp_path, marker, handler, key):
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    body = "# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      x:\n        " + handler.format(
+        marker=marker
+    )
+    (tmp_path / "extra" / "experiment" / "logs.yaml").write_text(body + "\n")
+    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=logs", "dry_run=true", check=False)
+    refused(proc, key)
+
+
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (
+            [
+                "+hydra.callbacks.x._target_=logging.FileHandler",
+                "+hydra.callbacks.x.filename={marker}",
+                "+hydra.callbacks.x.mode=w",
+            ],
+            "hydra.callbacks",
+        ),
+        # An attribute path through an allowed module reaches a foreign function.
+        (
+            [
+                "+hydra.callbacks.x._target_=runner.distributed.shutil.copyfile",
+                "+hydra.callbacks.x.src=/etc/hostname",
+                "+hydra.callbacks.x.dst={marker}",
+            ],
+            "hydra.callbacks.x._target_='runner.distributed.shutil.copyfile'",
+        ),
+        # The foreign value hides in the second value of a sweep.
+        (
+            ["-m", "+hydra.callbacks.x._target_=runner.sweep.SweepSummary,shutil.copyfile"],
+            "hydra.callbacks.x._target_='shutil.copyfile'",
+        ),
+        (["hydra/launcher=basic", "hydra.launcher._target_=shutil.copyfile"], "hydra.launcher._target_"),
+        # Hydra's own blocklist would stop this one with a traceback; the refusal is the same paragraph.
+        (
+            ["+hydra.callbacks.x._target_=os.system", "+hydra.callbacks.x.command='cp /etc/hostname {marker}'"],
+            "hydra.callbacks.x._target_='os.system'",
+        ),
+        (["+hydra.job.env_set.LD_PRELOAD={marker}"], "hydra.job.env_set.LD_PRELOAD"),
+    ],
+)
+def test_command_line_overrides(tmp_path, marker, overrides, key):
+    args = [o.format(marker=marker) for o in overrides]
+    proc = run_cli(None, *args, f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", check=False)
+    refused(proc, key)
+
+
+def test_node_built_by_a_resolver(tmp_path, marker):
+    # Checked as the dict Hydra will see when it resolves the callback, not as the text of the interpolation.
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    node = f"'${{oc.create:{{_target_: shutil.copyfile, src: /etc/hostname, dst: \"{marker}\"}}}}'"
+    (tmp_path / "extra" / "experiment" / "x.yaml").write_text(
+        f"# @package _global_\nhydra:\n  callbacks:\n    x: {node}\n"
+    )
+    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=x", "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
+
+
+def test_sweep_params_in_an_experiment_file(tmp_path, marker):
+    # hydra.sweeper.params are overrides too: each value of each is composed and checked.
+    (tmp_path / "extra" / "experiment").mkdir(parents=True)
+    (tmp_path / "extra" / "experiment" / "grid.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n"
+        "      +hydra.callbacks.x._target_: runner.sweep.SweepSummary,logging.FileHandler\n"
+        f"      +hydra.callbacks.x.filename: {marker}\n"
+        "      +hydra.callbacks.x.mode: w\n"
+    )
+    args = ["-m", "--config-dir", str(tmp_path / "extra"), "+experiment=grid", f"hydra.sweep.dir={tmp_path / 's'}"]
+    proc = run_cli(None, *args, "dry_run=true", check=False)
+    refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
+
+
+def test_rerun_pickle_is_refused(tmp_path, marker):
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    evil = tmp_path / "config.pickle"
+    evil.write_bytes(pickle.dumps(Payload()))
+    proc = run_cli(None, "--experimental-rerun", str(evil), check=False)
+    refused(proc, "--experimental-rerun")
+
+
+def test_hydra_defaults_and_project_targets_pass(tmp_path):
+    # What ships is allowed: the sweep summary callback, the isolated launcher, Hydra's logging.
+    proc = run_cli(tmp_path, "dry_run=true", "hydra/job_logging=stdout", multirun=True, check=False)
+    assert "Configuration is valid" in proc.stdout and "refused" not in proc.stderr, proc.stderr
+    proc = run_cli(None, "hydra/launcher=joblib", "hydra/sweeper=optuna_accuracy", "--cfg", "hydra")
+    assert proc.returncode == 0
