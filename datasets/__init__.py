@@ -5,9 +5,18 @@ the oneDNN environment first (docs/mindspore-notes.md#cpu-isa).
 """
 
 from datasets.errors import DataConfigError, DataError
-from datasets.settings import DataConfig, PaddingConfig
+from datasets.settings import AugmentConfig, DataConfig, PaddingConfig
 
-__all__ = ["build_data", "build_inputs", "Data", "DataConfig", "PaddingConfig", "DataError", "DataConfigError"]
+__all__ = [
+    "build_data",
+    "build_inputs",
+    "Data",
+    "AugmentConfig",
+    "DataConfig",
+    "PaddingConfig",
+    "DataError",
+    "DataConfigError",
+]
 
 
 def __getattr__(name):

@@ -8,6 +8,7 @@ import mindspore.dataset as ds
 import mindspore.dataset.vision as V
 import numpy as np
 
+from datasets import augment as A
 from datasets import padding as P
 from datasets.errors import DataConfigError, DataError
 from datasets.settings import check_padding
@@ -30,17 +31,19 @@ class Data:
     padding: dict  # datasets.padding.report: shapes, padded pixels, dropped samples
     skipped_samples: list  # files that could not be decoded, left out under data.on_bad_sample=skip
     class_names: Optional[list] = None  # per label: an image folder's class folders, CIFAR-10's names
+    augment: Optional[dict] = None  # datasets.augment.describe: what training applies
 
 
-def _sample_ops(cfg, padding, channels_on_disk, sizes):
-    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says."""
+def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=()):
+    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says, then augmented."""
     ops = []
     if cfg.channels == 1 and channels_on_disk == 3:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY))
     elif cfg.channels == 3 and channels_on_disk == 1:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB))
     # ToTensor makes CHW, also from the 2-D arrays grayscale conversion leaves.
-    return ops + P.sample_ops(padding, sizes) + [V.ToTensor()]
+    # Augmentation after the resize: crops and affines work at the size the network sees.
+    return ops + P.sample_ops(padding, sizes) + list(augment_ops) + [V.ToTensor()]
 
 
 def _batch_ops(cfg):
@@ -51,18 +54,30 @@ def _batch_ops(cfg):
     return ops
 
 
-def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, train: bool):
-    """Samples of (HWC uint8 image, label) -> normalized CHW float batches, shaped as `padding` says."""
+def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, train: bool, augment=None):
+    """Samples of (HWC uint8 image, label) -> normalized CHW float batches, shaped as `padding` says.
+
+    augment: (per-image ops, per-tensor ops, label ops, batch ops) of datasets/augment.py, or None.
+    """
     workers = cfg.num_parallel_workers
-    d = d.map(_sample_ops(cfg, padding, channels_on_disk, sizes), "image", num_parallel_workers=workers)
+    image_ops, tensor_ops, label_ops, mix_ops = augment or ([], [], [], [])
+    d = d.map(_sample_ops(cfg, padding, channels_on_disk, sizes, image_ops), "image", num_parallel_workers=workers)
+    if tensor_ops:  # one worker: their own generator must see the images in pipeline order
+        d = d.map(tensor_ops, "image", num_parallel_workers=1)
     d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
-    return d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+    d = d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
+    if mix_ops:
+        d = d.map(label_ops, "label").map(mix_ops, ["image", "label"])
+    return d
 
 
-def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
+def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=None, label_depth=None) -> Data:
     """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
 
     shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
+    augment: the `augment` settings (datasets.settings.AugmentConfig), applied to training only.
+    label_depth: the width of one-hot labels when batches are mixed (the network's outputs);
+    None: the data's class count.
     """
     check_padding(padding)
     if shard is not None and padding.name != "fixed":
@@ -80,9 +95,27 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
         log.warning(
             "data.on_bad_sample=skip: %d unreadable image(s) left out, e.g. %s", len(src.skipped), src.skipped[0]
         )
+    fixed_size = (padding.height, padding.width) if padding.name == "fixed" else (None, None)
+    aug_args = (cfg.channels, *fixed_size, cfg.mirrorable)
+    train_aug = None
+    if augment is not None:
+        depth = label_depth or src.num_classes
+        if A.soft_labels(augment) and depth < src.num_classes:
+            raise DataConfigError(
+                f"The data has {src.num_classes} classes but the network {depth} outputs: one-hot labels for "
+                "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
+            )
+        mix = A.batch_ops(augment)
+        train_aug = (
+            A.sample_ops(augment, *aug_args),
+            A.tensor_ops(augment, seed),
+            A.one_hot(depth) if mix else [],
+            mix,
+        )
 
     def pipeline(d, sizes, train):
-        return _pipeline(d, cfg, padding, src.channels_on_disk, sizes, batch_size, train)
+        aug = train_aug if train else None
+        return _pipeline(d, cfg, padding, src.channels_on_disk, sizes, batch_size, train, aug)
 
     # Shuffle uses the seed set above, so a re-run sees the same batches in the same order.
     train = pipeline(src.train.shuffle(buffer_size=max(2, src.train_size)), src.train_sizes, True)
@@ -111,6 +144,7 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None) -> Data:
         P.report(padding, src.train_sizes, batch_size),
         src.skipped,
         src.class_names,
+        A.describe(augment, *aug_args) if augment is not None else None,
     )
 
 

@@ -68,6 +68,46 @@ class DataConfig:
     std: List[float] = field(default_factory=lambda: [0.5])
     input_scale: float = 1.0  # multiplies the normalised images (a fault to test AMP: 1e5 overflows FP16)
     on_bad_sample: BadSample = BadSample.error  # imagefolder: an undecodable file stops the run, or is skipped
+    mirrorable: bool = True  # false: a horizontal flip changes what an image means (digits); augment.hflip is refused
+
+
+class AugmentName(Choice):
+    none = "none"
+    basic = "basic"
+    randaugment = "randaugment"
+    autoaugment = "autoaugment"
+    trivialaugment = "trivialaugment"
+
+
+class AutoAugmentPolicy(Choice):
+    imagenet = "imagenet"
+    cifar10 = "cifar10"
+    svhn = "svhn"
+
+
+@dataclass
+class MixConfig:
+    alpha: float = 0.0  # Beta(alpha, alpha) mixing strength; 0 = off
+    prob: float = 1.0  # share of training batches mixed
+
+
+@dataclass
+class AugmentConfig:
+    """Training-only augmentation (datasets/augment.py); evaluation data is never augmented."""
+
+    name: AugmentName = MISSING
+    crop_padding: int = 0  # random crop back to the input size after padding each side this many pixels
+    hflip: Optional[bool] = None  # null: on where data.mirrorable, except augment=none
+    affine_degrees: float = 0.0  # random rotation within +-degrees
+    affine_translate: float = 0.0  # random shift within +-this fraction of the side
+    affine_scale: float = 0.0  # random zoom within 1 +- this
+    randaugment_num_ops: int = 2  # randaugment only
+    randaugment_magnitude: int = 9  # randaugment only, 0..num_magnitude_bins-1
+    num_magnitude_bins: int = 31  # randaugment, trivialaugment
+    autoaugment_policy: AutoAugmentPolicy = AutoAugmentPolicy.imagenet  # autoaugment only
+    erasing_prob: float = 0.0  # random erasing: the chance that an image gets a rectangle set to 0
+    mixup: MixConfig = field(default_factory=MixConfig)
+    cutmix: MixConfig = field(default_factory=MixConfig)
 
 
 def check_padding(padding) -> None:

@@ -72,7 +72,7 @@ class Parts:
 class Outcome:
     """What training produced."""
 
-    val: dict  # {"accuracy", "loss"} or {}
+    val: dict  # runner.eval_metrics.evaluation_metrics's keys, or {}
     losses: np.ndarray  # loss per step call, across resumes
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
@@ -250,6 +250,7 @@ def build(cfg, env: Env) -> Parts:
     from runner.amp import build_trainer
     from runner.amp.guard import build_guard
     from runner.checkpoints import Checkpointer, find_resume, restore
+    from runner.eval_metrics import evaluation_metrics
     from runner.optim import build_optimizer
     from runner.report.loggers import build_logger
     from runner.report.monitor import RunMonitor
@@ -257,7 +258,9 @@ def build(cfg, env: Env) -> Parts:
     from runner.validation import build_watch
 
     shard = (env.world, env.rank) if env.world > 1 else None
-    data = build_data(cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard)
+    data = build_data(
+        cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
+    )
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
     if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
@@ -289,8 +292,18 @@ def build(cfg, env: Env) -> Parts:
     accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
     update = {"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay}
+    num_classes = cfg.model.num_classes or data.num_classes
     trainer = build_trainer(
-        net, cfg.amp, optimizer, env.mode, env.target, env.run_dir, cfg.diagnose.enabled, update=update
+        net,
+        cfg.amp,
+        optimizer,
+        env.mode,
+        env.target,
+        env.run_dir,
+        cfg.diagnose.enabled,
+        update=update,
+        label_smoothing=cfg.loss.label_smoothing,
+        metrics=partial(evaluation_metrics, num_classes),
     )
     if trainer.used.amp_level_used != "O0" and env.target == "CPU":
         log.warning(
@@ -407,12 +420,14 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
     from runner import resume_config
     from runner.amp.guard import guard_metrics
+    from runner.eval_metrics import as_metrics
     from runner.report import outputs
     from runner.validation import best_record
 
     return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
         val_loss=float(o.val["loss"]) if o.val else None,
+        **as_metrics(o.val),
         final_loss=float(o.losses[-1]),
         loss_curve=o.losses.tolist(),
         val_curve=p.watch.curve(),
@@ -423,6 +438,8 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         compile_count=o.compiles,
         **p.shapes.metrics(o.compiles),
         padding=p.data.padding,
+        augment=p.data.augment,
+        label_smoothing=cfg.loss.label_smoothing,
         skipped_samples=p.data.skipped_samples,
         peak_host_memory_mb=outputs.peak_rss_mb(),
         amp_level_used=p.trainer.used.amp_level_used,

@@ -13,7 +13,7 @@ from typing import List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from datasets.settings import Choice, DataConfig, PaddingConfig
+from datasets.settings import AugmentConfig, Choice, DataConfig, PaddingConfig
 from models.settings import ModelConfig
 
 # Enum-typed fields make OmegaConf reject a misspelt value at composition, listing the choices. The
@@ -206,6 +206,11 @@ class LadderConfig:
 
 
 @dataclass
+class LossConfig:
+    label_smoothing: float = 0.0  # training loss only; evaluation reports plain cross entropy
+
+
+@dataclass
 class Config:
     mode: ModeConfig = MISSING
     amp: AmpConfig = MISSING
@@ -233,6 +238,8 @@ class Config:
     init_from: Optional[str] = None  # fine-tune: a .ckpt file or run directory whose matching weights start this run
     logger: LoggerConfig = MISSING
     ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
+    augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
+    loss: LossConfig = field(default_factory=LossConfig)
 
 
 def register() -> None:

@@ -11,7 +11,7 @@ from datasets.settings import check_padding as check_padding_values
 from runner.context import check_cpu_isa
 from runner.errors import ConfigError
 from runner.preflight import target_allowed
-from runner.schema import Config, DataConfig, LossScaleConfig, ModelConfig, OptimConfig, PaddingConfig
+from runner.schema import AugmentConfig, Config, DataConfig, LossScaleConfig, ModelConfig, OptimConfig, PaddingConfig
 
 # hydra.utils.instantiate may build only the project's own classes, MindSpore's or MindCV's.
 ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.", "mindcv.")
@@ -92,6 +92,17 @@ USES = {
         ("depth", "width", "stem", "arch", "checkpoint"),
         {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
     ),
+    "augment": (
+        "augment",
+        ("randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins", "autoaugment_policy"),
+        {
+            "none": set(),
+            "basic": set(),
+            "randaugment": {"randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins"},
+            "autoaugment": {"autoaugment_policy"},
+            "trivialaugment": {"num_magnitude_bins"},
+        },
+    ),
 }
 
 
@@ -153,6 +164,7 @@ def _problems(cfg):
         ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
         ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name),
         ("model", cfg.model, ModelConfig(), cfg.model.style.value),
+        ("augment", cfg.augment, AugmentConfig(), cfg.augment.name),
     ):
         ignored = unused_fields(section, node, defaults, kind)
         if ignored:
@@ -186,6 +198,7 @@ def _problems(cfg):
     if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
+    yield from _augment_problems(cfg)
 
 
 def _watch_problems(cfg):
@@ -225,6 +238,42 @@ def _watch_problems(cfg):
             source_path(cfg.init_from)
         except ConfigError as e:
             yield str(e).rstrip(".")
+
+
+def _augment_problems(cfg):
+    """Out-of-range augmentation and loss values, and augmentations the run's data or shapes forbid."""
+    a = cfg.augment
+
+    def within(name, value, lo, hi, hi_open=False):
+        if not (lo <= value < hi if hi_open else lo <= value <= hi):
+            yield f"{name} must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value}"
+
+    yield from within("augment.crop_padding", a.crop_padding, 0, float("inf"))
+    yield from within("augment.affine_degrees", a.affine_degrees, 0, 180)
+    yield from within("augment.affine_translate", a.affine_translate, 0, 1)
+    yield from within("augment.affine_scale", a.affine_scale, 0, 1, hi_open=True)
+    yield from within("augment.erasing_prob", a.erasing_prob, 0, 1)
+    yield from within("augment.randaugment_num_ops", a.randaugment_num_ops, 0, float("inf"))
+    yield from within("augment.num_magnitude_bins", a.num_magnitude_bins, 2, float("inf"))
+    yield from within("augment.randaugment_magnitude", a.randaugment_magnitude, 0, a.num_magnitude_bins, hi_open=True)
+    yield from within("loss.label_smoothing", cfg.loss.label_smoothing, 0, 1, hi_open=True)
+    for mix in ("mixup", "cutmix"):
+        m = a[mix]
+        yield from within(f"augment.{mix}.alpha", m.alpha, 0, float("inf"))
+        yield from within(f"augment.{mix}.prob", m.prob, 0, 1)
+        if m.alpha == 0 and m.prob != 1.0:
+            yield f"augment.{mix}.prob={m.prob} does nothing while augment.{mix}.alpha is 0 (off); set the alpha too"
+    if a.crop_padding > 0 and cfg.padding.name != "fixed":
+        yield (
+            f"augment.crop_padding={a.crop_padding} crops back to one input size, which needs padding=fixed "
+            f"(padding={cfg.padding.name} keeps each image's own size); set augment.crop_padding=0"
+        )
+    if a.hflip and not cfg.data.mirrorable:
+        yield (
+            f"augment.hflip=true mirrors images, but data={cfg.data.name} is declared not mirrorable "
+            "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
+            "data.mirrorable=true if mirrored images keep their labels"
+        )
 
 
 def _resolved(cfg) -> dict:

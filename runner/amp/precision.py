@@ -42,13 +42,15 @@ def resolve_level(level: str, device_target: str) -> str:
     return "O0" if device_target == "CPU" else "O2"
 
 
-def loss_fn():
-    """The training and evaluation loss on FP32 logits.
+def loss_fn(label_smoothing: float = 0.0):
+    """The training and evaluation loss on FP32 logits, for class indices or class probabilities.
 
     nn.CrossEntropyLoss, not SoftmaxCrossEntropyWithLogits(sparse=True): the latter returns inf on CPU
-    once a logit gap reaches ~90 (docs/mindspore-notes.md#sparse-softmax-ce).
+    once a logit gap reaches ~90 (docs/mindspore-notes.md#sparse-softmax-ce). It also reads the
+    (N, classes) probabilities of mixup/cutmix batches and applies label smoothing to either kind
+    of label (checked against a NumPy log-softmax reference in tests/test_augment.py).
     """
-    return nn.CrossEntropyLoss(reduction="mean")
+    return nn.CrossEntropyLoss(reduction="mean", label_smoothing=label_smoothing)
 
 
 def wrap_amp(net, level: str, keep: list, run_dir: str):
@@ -76,16 +78,29 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
     return amp_net
 
 
-def build_loss_net(net, level: str, keep: list, run_dir: str):
+def build_loss_net(net, level: str, keep: list, run_dir: str, label_smoothing: float = 0.0):
     """(FP32-logits network, loss network) as training runs them: the one place both are built."""
     logits = FP32Logits(wrap_amp(net, level, keep, run_dir))
-    return logits, nn.WithLossCell(logits, loss_fn())
+    return logits, nn.WithLossCell(logits, loss_fn(label_smoothing))
 
 
 def build_trainer(
-    net, amp_cfg, optimizer, mode: str, device_target: str, run_dir: str, grad_stats=False, update=None
+    net,
+    amp_cfg,
+    optimizer,
+    mode: str,
+    device_target: str,
+    run_dir: str,
+    grad_stats=False,
+    update=None,
+    label_smoothing=0.0,
+    metrics=None,
 ) -> Trainer:
     """Wrap net for AMP and loss scaling into train and eval Models.
+
+    label_smoothing applies to the training loss only. metrics() makes the evaluation metrics (fresh
+    instances for each Model: metrics hold state; default accuracy and loss); evaluation always reads
+    hard labels and reports plain cross entropy.
 
     grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
     it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
@@ -93,12 +108,13 @@ def build_trainer(
     gradient accumulation and the weights' EMA to that step; any of them also selects it.
     """
     update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
+    metrics = metrics or _metrics
     level = resolve_level(amp_cfg.level, device_target)
     ls = amp_cfg.loss_scale
     scale_type = str(ls.type)
     if amp_cfg.level == "auto" and level == "O0":
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
-    logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir)
+    logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir, label_smoothing)
     native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
     if native and scale_type == "dynamic":
         # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path
@@ -121,7 +137,7 @@ def build_trainer(
     # One eval cell for both Models: the train Model validates during Model.fit (runner/validation.py)
     # and the evaluator after training, and both run the same compiled graph.
     eval_cell = nn.WithEvalCell(logits, loss_fn())
-    evaluator = Model(logits, eval_network=eval_cell, metrics=_metrics(), eval_indexes=[0, 1, 2])
+    evaluator = Model(logits, eval_network=eval_cell, metrics=metrics(), eval_indexes=[0, 1, 2])
     used = AmpUsed(
         amp_level_used=level,
         loss_scale_type_used=scale_type,
@@ -129,7 +145,7 @@ def build_trainer(
         keep_fp32=list(amp_cfg.keep_fp32),
         drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
     )
-    model = Model(step, eval_network=eval_cell, metrics=_metrics(), eval_indexes=[0, 1, 2])
+    model = Model(step, eval_network=eval_cell, metrics=metrics(), eval_indexes=[0, 1, 2])
     return Trainer(model, step, evaluator, used)
 
 

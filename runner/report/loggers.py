@@ -13,6 +13,7 @@ from runner.errors import ConfigError
 FINAL_KEYS = (
     "val_accuracy",
     "val_loss",
+    "val_top5_accuracy",
     "final_loss",
     "compile_seconds",
     "step_time_median_ms",

@@ -15,6 +15,8 @@ class RunMetrics:
     # outcome
     val_accuracy: Optional[float] = None  # top-1 on the validation set, 0..1; None with eval=false or after a NaN stop
     val_loss: Optional[float] = None  # mean cross-entropy on the validation set
+    val_top5_accuracy: Optional[float] = None  # 0..1; None with 5 classes or fewer, or without evaluation
+    val_per_class_accuracy: Optional[List[Optional[float]]] = None  # per class index, 0..1; None where unseen
     final_loss: float = float("nan")  # training loss of the last step
     loss_curve: List[float] = field(default_factory=list)  # training loss of every step, across resumes
     val_curve: List[dict] = field(default_factory=list)  # {epoch, step, accuracy, loss} per validation while training
@@ -37,6 +39,8 @@ class RunMetrics:
     input_shapes: Dict[str, int] = field(default_factory=dict)  # "NxCxHxW" -> batches
     padding: dict = field(default_factory=dict)  # the padding plan: sizes, padded pixels, dropped samples
     skipped_samples: List[str] = field(default_factory=list)  # unreadable files left out
+    augment: Optional[dict] = None  # what training applied: name, image_ops, hflip, batch_ops, soft_labels
+    label_smoothing: float = 0.0  # of the training loss
     # memory and FLOPs
     peak_host_memory_mb: float = 0.0  # peak RSS of the process, MiB
     peak_device_memory_mb: Optional[float] = None  # MiB; None where the device reports none (CPU)
