@@ -95,6 +95,7 @@ class Validation(Callback):
         self.path = os.path.join(ckpt_dir, CURVE) if ckpt_dir else None
         self.curve = _prior_curve(start)  # {"epoch", "step", "accuracy", "loss"} per validation
         self.current = None  # this epoch's point, or None
+        self.results = {}  # the last validation's metrics, as Model.fit returned them
         self.step = start_step  # the global step of the weights as they are now
 
     def on_train_epoch_begin(self, run_context):
@@ -120,6 +121,7 @@ class Validation(Callback):
             "loss": float(results["loss"]),
         }
         self.current = point
+        self.results = dict(results)  # every metric of this validation (top-5, per class, ...)
         self.curve.append(point)
         if self.path:
             from runner.files import write_json
@@ -131,9 +133,9 @@ class Validation(Callback):
             self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
 
     def last(self) -> dict:
-        """{"accuracy", "loss"} of a validation of the weights as they are now, or {}."""
-        if self.curve and self.curve[-1]["step"] == self.step:
-            return {"accuracy": self.curve[-1]["accuracy"], "loss": self.curve[-1]["loss"]}
+        """The metrics of a validation of the weights as they are now (this process's), or {}."""
+        if self.results and self.curve and self.curve[-1]["step"] == self.step:
+            return dict(self.results)
         return {}
 
 
@@ -261,7 +263,7 @@ def restore_best(step_cell, checkpointer) -> Optional[str]:
 
 
 def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool) -> tuple:
-    """(final validation {"accuracy", "loss"} or {}, the early-stop record or None), after training.
+    """(final validation metrics or {}, the early-stop record or None), after training.
 
     After an early stop the best checkpoint's weights become the final ones; the final validation is
     then of those weights. Otherwise a validation fit ran at the last step is reused.
