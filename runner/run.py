@@ -4,7 +4,6 @@ Each phase takes its own slice of the config and returns a typed result; builder
 never the whole config.
 """
 
-import json
 import logging
 import math
 import os
@@ -20,6 +19,7 @@ from runner.context import cap_cpu_isa, setup
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.interrupts import FinalPhaseInterrupted
 from runner.report.metrics import RunMetrics
+from runner.run_dir import COMPLETE, claim, run_dir_of
 
 log = logging.getLogger("runner")
 LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
@@ -108,16 +108,13 @@ def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
     return n
 
 
-COMPLETE = ".runner.complete"  # written last: the run's outputs are all there
-
-
 def run(cfg) -> Optional[RunMetrics]:
     """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
 
     None when a resumed run had nothing left to do (it was complete already).
     """
     run_dir = HydraConfig.get().runtime.output_dir
-    if not distributed.in_msrun() and claim(cfg, run_dir):
+    if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
@@ -130,59 +127,6 @@ def run(cfg) -> Optional[RunMetrics]:
         interrupted_after_training(parts, env, e.signum)
     finally:
         parts.checkpointer.release()
-
-
-def claim(cfg, run_dir: str) -> bool:
-    """Lock the run directory and decide what a resume may do; True when the run is complete already.
-
-    A directory that holds a run (checkpoints, metrics) is reused only by resuming that run; a
-    resume's configuration is checked against the saved one (runner/resume_config.py).
-    """
-    from runner import lock, resume_config
-    from runner.resume_config import has_checkpoint, resume_source
-
-    lock.acquire(run_dir)
-    run_dir = os.path.abspath(run_dir)
-    source = resume_source(cfg.resume, run_dir)
-    held = _holds_run(run_dir)
-    if held and source != run_dir:
-        raise UserError(
-            f"{run_dir} already holds a run ({held}). A run directory is reused only to continue its run: "
-            f"resume=true (with a larger epochs=... to extend a finished one). To re-run its configuration, "
-            f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
-            "choose another hydra.run.dir."
-        )
-    stale = os.path.join(run_dir, resume_config.RECORD)
-    if source is None or not (has_checkpoint(os.path.join(source, "checkpoints")) or _complete(source)):
-        if os.path.exists(stale):
-            os.remove(stale)
-        return False
-    changes = resume_config.check(cfg, source, run_dir, HydraConfig.get().overrides.task)
-    # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
-    done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
-    if done and "epochs" in changes and not has_checkpoint(os.path.join(source, "checkpoints")):
-        raise UserError(
-            f"The run in {source} cannot be extended: it saved no resumable checkpoint "
-            "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
-        )
-    if done and "epochs" not in changes:
-        print(
-            f"The run in {source} is already complete ({done.get('steps')} steps, {cfg.epochs} epochs); "
-            "nothing to train. To train it longer, resume with a larger epochs=...",
-            flush=True,
-        )
-        return True
-    if changes:
-        log.warning("resume: applying %s", "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
-    return False
-
-
-def _run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:
-    """The run directory a resumable checkpoint belongs to (<run>/checkpoints/step_N.ckpt), if it is one."""
-    if not ckpt_path:
-        return None
-    ckpt_dir = os.path.dirname(os.path.abspath(ckpt_path))
-    return os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else None
 
 
 def interrupted_after_training(p: Parts, env: Env, signum: int):
@@ -203,27 +147,6 @@ def interrupted_after_training(p: Parts, env: Env, signum: int):
     raise SystemExit(128 + signum)
 
 
-def _complete(run_dir: str) -> Optional[dict]:
-    try:
-        with open(os.path.join(run_dir, COMPLETE)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def _holds_run(run_dir: str) -> Optional[str]:
-    """What in run_dir shows an earlier run that a fresh start would overwrite (None: nothing)."""
-    from runner.resume_config import has_checkpoint
-
-    if _complete(run_dir):
-        return "a finished run"
-    if has_checkpoint(os.path.join(run_dir, "checkpoints")):
-        return "an unfinished run with checkpoints"
-    if os.path.exists(os.path.join(run_dir, "metrics.json")):
-        return "a run's metrics.json"
-    return None
-
-
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
     isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
@@ -242,20 +165,17 @@ def environment(cfg, run_dir: str) -> Env:
 
 
 def build(cfg, env: Env) -> Parts:
-    """Data, network, optimizer, trainer, and the callbacks that watch training."""
-    from omegaconf import OmegaConf
+    """Data and network, then the trainer, then the callbacks that watch training."""
+    data, make_net, net, fine_tune = build_network(cfg, env)
+    plan, trainer = build_training(cfg, env, data, net)
+    return build_watchers(cfg, env, data, net, make_net, plan, trainer, fine_tune)
 
+
+def build_network(cfg, env: Env):
+    """(data, make_net, net, fine_tune): the pipelines, the network, and what init_from/freeze did to it."""
     from datasets import build_data
     from models import build_model
-    from runner.amp import build_trainer
-    from runner.amp.guard import build_guard
-    from runner.checkpoints import Checkpointer, find_resume, restore
-    from runner.eval_metrics import evaluation_metrics
-    from runner.optim import build_optimizer
-    from runner.report.loggers import build_logger
-    from runner.report.monitor import RunMonitor
-    from runner.report.shapes import InputShapes
-    from runner.validation import build_watch
+    from runner.finetune import prepare
 
     shard = (env.world, env.rank) if env.world > 1 else None
     data = build_data(
@@ -271,9 +191,16 @@ def build(cfg, env: Env) -> Parts:
             data.num_classes,
             cfg.model.num_classes - data.num_classes,
         )
-    from runner.finetune import prepare
-
     fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
+    return data, make_net, net, fine_tune
+
+
+def build_training(cfg, env: Env, data, net):
+    """(plan, trainer): the steps that really run, the optimizer and the AMP train and eval Models."""
+    from runner.amp import build_trainer
+    from runner.eval_metrics import evaluation_metrics
+    from runner.optim import build_optimizer
+
     # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
     # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
     if cfg.sink.enabled and env.target == "CPU":
@@ -283,16 +210,9 @@ def build(cfg, env: Env) -> Parts:
         )
     plan = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU")
     if plan.total_steps >= LONG_RUN_STEPS:
-        log.info(
-            "%d epochs of %d steps: %d steps",
-            cfg.epochs,
-            data.steps_per_epoch,
-            plan.total_steps,
-        )
+        log.info("%d epochs of %d steps: %d steps", cfg.epochs, data.steps_per_epoch, plan.total_steps)
     accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
     optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
-    update = {"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay}
-    num_classes = cfg.model.num_classes or data.num_classes
     trainer = build_trainer(
         net,
         cfg.amp,
@@ -301,9 +221,9 @@ def build(cfg, env: Env) -> Parts:
         env.target,
         env.run_dir,
         cfg.diagnose.enabled,
-        update=update,
+        update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
         label_smoothing=cfg.loss.label_smoothing,
-        metrics=partial(evaluation_metrics, num_classes),
+        metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
     )
     if trainer.used.amp_level_used != "O0" and env.target == "CPU":
         log.warning(
@@ -311,11 +231,25 @@ def build(cfg, env: Env) -> Parts:
             "it is here for numerics, not speed.",
             trainer.used.amp_level_used,
         )
+    return plan, trainer
+
+
+def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune) -> Parts:
+    """Resume state, then the callbacks: monitor, input shapes, trace and guard, validation, checkpoints."""
+    from omegaconf import OmegaConf
+
+    from runner.amp.guard import build_guard
+    from runner.checkpoints import Checkpointer, find_resume, restore
+    from runner.report.loggers import build_logger
+    from runner.report.monitor import RunMonitor
+    from runner.report.shapes import InputShapes
+    from runner.validation import build_watch
+
     start = find_resume(cfg.resume, env.run_dir)
     steps_per_call = plan.total_steps // plan.train_epochs
     initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
     start_step = int(start.get("global_step", 0))
-    prior_dir = _run_dir_of(start.get("path"))
+    prior_dir = run_dir_of(start.get("path"))
     guarding = build_guard(
         env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, start_step, prior_dir
     )
