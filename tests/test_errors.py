@@ -161,12 +161,16 @@ def test_labels_outside_model_classes(tmp_path):
     assert "model.num_classes=5" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_disk_full_keeps_what_was_written(tmp_path, tiny):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    # A 48 KiB file system: room for config and metrics, not for the checkpoint.
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mnt)]).returncode != 0:
+def _small_disk(path):
+    """A 48 KiB file system at path: room for a run's config and metrics, not for a checkpoint."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(path)]).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
+    return path
+
+
+def test_disk_full_keeps_what_was_written(tmp_path, tiny):
+    mnt = _small_disk(tmp_path / "small")
     try:
         proc = cli(*tiny, "checkpoint.every_epochs=0", f"hydra.run.dir={mnt / 'run'}")
         assert proc.returncode == 2, proc.stderr
@@ -175,7 +179,12 @@ def test_disk_full_keeps_what_was_written(tmp_path, tiny):
         assert {".hydra", "config.yaml", "metrics.json", "runner.log"} <= files
         assert not [f for f in files if "ckpt" in f or "tmp" in f]  # no checkpoint, not even a partial one
         assert json.loads((mnt / "run" / "metrics.json").read_text())["final_loss"] > 0
-        # A checkpoint during training that does not fit: the same clean error.
+    finally:
+        subprocess.run(["umount", str(mnt)])
+    # A checkpoint during training that does not fit (a disk of its own: the first run's files grow
+    # with the metrics record): the same clean error.
+    mnt = _small_disk(tmp_path / "small2")
+    try:
         proc = cli(*tiny, f"hydra.run.dir={mnt / 'run2'}")
         assert proc.returncode == 2 and "No space left on device" in " ".join(proc.stderr.split())
         assert "Traceback" not in proc.stderr
@@ -193,7 +202,9 @@ def test_resume_from_corrupt_or_foreign_checkpoint(tmp_path, tiny):
 
     cli(*tiny, f"hydra.run.dir={tmp_path / 'b'}")  # a real run of resnet8 with its checkpoints
     proc = cli(*tiny, "model=resnet20", f"resume={tmp_path / 'b'}", f"hydra.run.dir={tmp_path / 'c'}")
-    assert proc.returncode == 2 and "does not fit this configuration" in " ".join(proc.stderr.split())
+    # Refused before any weight is read: the saved config names resnet8, and the model cannot change.
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "cannot change mid-run" in text and "model.depth: 8 -> 20" in text, text
     assert "Traceback" not in proc.stderr
     assert (tmp_path / "b" / "model.ckpt").exists()  # the run resumed from is untouched
 
