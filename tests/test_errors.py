@@ -105,6 +105,7 @@ def test_fuzz_random_override_sets():
     assert outcomes["ok"] > 10 and outcomes["error"] > 10, outcomes
 
 
+@pytest.mark.slow  # eight CLI start-ups; test_fuzz_random_override_sets covers the same pool in-process
 def test_fuzz_through_the_cli():
     rng = random.Random(1)
     for _ in range(8):

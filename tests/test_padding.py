@@ -118,6 +118,7 @@ def test_compile_counts_fixed_bucket_none(tmp_path):
     assert bucket["padding"]["padded_pixel_fraction"] > fixed["padding"]["padded_pixel_fraction"] == 0
 
 
+@pytest.mark.slow
 def test_fixed_keeps_accuracy_on_digits_rendered_at_varied_sizes(tmp_path):
     # ~20 s; measured val accuracy 0.96 (600 train / 150 val images, 8 epochs). Twelve sizes from
     # 8 to 32 px a side, aspect ratios from 1:3 to 3:1, gray/RGB/RGBA files.
