@@ -12,7 +12,7 @@ def test_more_model_classes_than_the_data_has_warns(tmp_path):
 
 
 def test_a_very_long_plan_is_announced_before_its_set_up(tmp_path):
-    proc = start_cli(tmp_path, *[o for o in TINY if not o.startswith("epochs=")], "epochs=100000")
+    proc = start_cli(tmp_path, *[o for o in TINY if not o.startswith("epochs=")], "epochs=100000", "log_every=20")
     log = tmp_path / "runner.log"
     try:
         # Announced, and training starts without minutes of set-up: the learning-rate schedule is a

@@ -82,6 +82,11 @@ class CsvLogger:
         return keep
 
     def log_metrics(self, values: dict, step: int) -> None:
+        if self.rows and self.rows[-1].get("step") == step:
+            # A validation at a step the monitor logged: one row per step. The live file shows only the
+            # training columns, which this does not change; the final rewrite carries the rest.
+            self.rows[-1].update(values)
+            return
         row = {"step": step, **values}
         self.rows.append(row)
         if self._file is None:
