@@ -343,9 +343,13 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     record, failure = postmortem(
         p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
     )
-    if not failure and getattr(p.trainer.step_cell, "ema_decay", 0) > 0:
+    ema = not failure and getattr(p.trainer.step_cell, "ema_decay", 0) > 0
+    if ema:
         p.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
-    val, stopped = finish(p.watch, p.trainer, p.data.val, p.checkpointer, evaluate) if not failure else ({}, None)
+    done = ({}, None)
+    val, stopped = (
+        finish(p.watch, p.trainer, p.data.val, p.checkpointer, evaluate, reuse=not ema) if not failure else done
+    )
     compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
     return Outcome(val, p.checkpointer.losses(), compiles, record, failure, stopped)
 

@@ -262,7 +262,7 @@ def restore_best(step_cell, checkpointer) -> Optional[str]:
     return path
 
 
-def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool) -> tuple:
+def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse: bool = True) -> tuple:
     """(final validation metrics or {}, the early-stop record or None), after training.
 
     After an early stop the best checkpoint's weights become the final ones; the final validation is
@@ -284,9 +284,10 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool) -> tup
                 record["restored_step"] = checkpointer.best["global_step"]
     if not evaluate:
         return {}, record
-    reuse = watch.validation.last() if not (record and record.get("restored")) else {}
-    if reuse:
-        return reuse, record
+    # reuse=False: the weights changed since the last validation in fit (the EMA was put in).
+    last = watch.validation.last() if reuse and not (record and record.get("restored")) else {}
+    if last:
+        return last, record
     return trainer.evaluator.eval(val_data, dataset_sink_mode=False), record
 
 
