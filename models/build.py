@@ -14,9 +14,14 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
             f"{cfg.num_classes}: labels outside the model's classes. "
             "Set model.num_classes=null to take it from the data."
         )
-    if cfg.style == "mindcv":
-        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint)
     conv = getattr(cfg.conv, "value", cfg.conv)
+    if cfg.style == "mindcv":
+        if conv != "native":  # a setting that would have no effect
+            raise ModelError(
+                f"model.conv={conv} applies to the runner's own ResNets; mindcv models build MindSpore's "
+                "nn.Conv2d themselves. Leave model.conv=native with model=mindcv."
+            )
+        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint)
     if conv not in PATHS:
         raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
     try:

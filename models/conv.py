@@ -9,6 +9,9 @@ same convolution as one large MatMul over the whole batch: the input goes channe
 on the layer's shape, so `path="auto"` times both (forward + backward) once per shape and machine,
 caching the winner in a JSON file, as cuDNN's benchmark mode does.
 
+`path="onednn"` calls MindSpore's own oneDNN library directly, on the blocked memory formats its fast
+kernels need (models/onednn.py): on an AVX-512 CPU the fastest of the three on every ResNet layer.
+
 The cell is an `nn.Conv2d` with the same single `weight` parameter whatever the path, so
 checkpoints load across choices and FLOP counters that look for `nn.Conv2d` still see it.
 """
@@ -25,7 +28,7 @@ from mindspore import Tensor, nn, ops
 
 log = logging.getLogger(__name__)
 
-PATHS = ("native", "gemm", "auto")
+PATHS = ("native", "gemm", "auto", "onednn")
 # A handful of timed fwd+bwd repeats after one warm-up; the minimum is the least noisy estimate on a
 # shared machine. The batch is the runner's default batch size (the model is built before the batch
 # size is known to it); the winner can differ with the batch for shapes where both paths are close.
@@ -40,14 +43,14 @@ GEMM_MAX_SELECT = 2**22
 class Conv2d(nn.Conv2d):
     """A bias-free square-kernel `nn.Conv2d` (zero padding `padding`), computed by `path`.
 
-    `path` is "native" (MindSpore's Conv2D) or "gemm" (im2col + MatMul); resolve "auto" with
-    `choose_path` before building. Parameters, their names and the numbers computed are the same
-    under both paths (up to float32 summation order).
+    `path` is "native" (MindSpore's Conv2D), "gemm" (im2col + MatMul) or "onednn" (oneDNN's blocked
+    kernels, models/onednn.py); resolve "auto" with `choose_path` before building. Parameters, their
+    names and the numbers computed are the same under every path (up to float32 summation order).
     """
 
     def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None):
-        if path not in ("native", "gemm"):
-            raise ValueError(f"Conv2d path must be 'native' or 'gemm' (resolve 'auto' first), got {path!r}")
+        if path not in ("native", "gemm", "onednn"):
+            raise ValueError(f"Conv2d path must be 'native', 'gemm' or 'onednn' (resolve 'auto' first), got {path!r}")
         super().__init__(
             cin,
             cout,
@@ -67,10 +70,20 @@ class Conv2d(nn.Conv2d):
             # A plain Tensor attribute, not a Parameter: a constant of the graph, absent from checkpoints.
             self.select = Tensor(selection_matrix(size, kernel_size, stride, padding))
         self.matmul_bt = ops.MatMul(transpose_b=True)
+        self.use_onednn = path == "onednn"
+        if self.use_onednn:
+            from models import onednn
+
+            self.onednn = onednn.forward_op(kernel_size, stride, padding)
+            # Constants of the graph, not Parameters: absent from checkpoints.
+            self.onednn_stride, self.onednn_padding = onednn.scalars(stride, padding)
 
     def construct(self, x):
         if self.use_gemm:
             return self._gemm(x)
+        if self.use_onednn:
+            # float16 (AMP) tensors are converted to float32 inside, as MindSpore's CPU Conv2D does.
+            return self.onednn(x, self.weight, self.onednn_stride, self.onednn_padding)
         return self.conv2d(x, self.weight)
 
     def _gemm(self, x):
@@ -212,10 +225,10 @@ def _load_cache(path: Path) -> dict:
 
 
 def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, padding: int, size: int) -> str:
-    """The algorithm one convolution runs: "native" or "gemm".
+    """The algorithm one convolution runs: "native", "gemm" or "onednn".
 
-    Off CPU it is always "native" (GPU/Ascend convolutions are fast), and so is a shape whose im2col
-    matrix would be too large (`gemm_feasible`). "auto" looks the layer shape up
+    Off CPU it is always "native" (GPU/Ascend convolutions are fast). "onednn" is taken as asked, "gemm"
+    unless the shape's im2col matrix would be too large (`gemm_feasible`). "auto" looks the layer shape up
     in the per-machine cache and, on a miss, times both paths forward + backward in this process and
     records the winner.
     """
@@ -225,6 +238,11 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
         raise ValueError(f"model.conv must be one of {', '.join(PATHS)}, got {path!r}")
     if ms.get_context("device_target") != "CPU":
         return "native"
+    if path == "onednn":
+        from models.onednn import library
+
+        library()  # compiled (or found) now: a missing compiler fails the build, not the first step
+        return "onednn"
     if path == "native" or not gemm_feasible(kernel_size, stride, padding, size):
         return "native"
     if path == "gemm":

@@ -23,6 +23,7 @@ class ConvPath(str, Enum):  # the convolution algorithm on CPU (models/conv.py)
     auto = "auto"  # per layer shape, the faster of the two, timed once per machine and cached
     native = "native"  # MindSpore's Conv2D
     gemm = "gemm"  # im2col + one MatMul over the batch
+    onednn = "onednn"  # oneDNN's blocked kernels called directly (needs a C++ compiler; no AVX2 cap)
 
 
 @dataclass

@@ -1,19 +1,27 @@
-"""model.conv: the im2col + MatMul convolution matches nn.Conv2d forward and backward, checkpoints
-move between choices, `auto` measures once and then reads its per-machine cache, and a run says
-which path its convolutions took."""
+"""model.conv: the im2col + MatMul and the oneDNN convolutions match nn.Conv2d forward and backward,
+checkpoints move between choices, `auto` measures once and then reads its per-machine cache, onednn
+builds its library once, and a run says which path its convolutions took."""
 
 import json
+import os
+import shutil
 
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import metrics, run_cli
+from conftest import metrics, outputs_of, run_cli, run_module
 from mindspore import Tensor, nn, ops
 
 from models import conv as C
+from models.errors import ModelError
 from models.resnet import resnet
 
-pytestmark = pytest.mark.cpu_only  # the gemm path exists on CPU only; elsewhere every choice is native
+pytestmark = pytest.mark.cpu_only  # gemm and onednn exist on CPU only; elsewhere every choice is native
+# onednn compiles a C++ library on first use; without a compiler it refuses (tested below), so there is
+# nothing else to test.
+needs_compiler = pytest.mark.skipif(
+    not shutil.which(os.environ.get("CXX", "g++")), reason="model.conv=onednn needs a C++ compiler"
+)
 
 # (cin, cout, kernel, stride, padding, input side): every kind of convolution the ResNets build.
 SHAPES = [
@@ -64,6 +72,67 @@ def test_gemm_matches_nn_conv2d_forward_and_backward(pynative, shape):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@needs_compiler
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "{}->{} k{} s{} p{} @{}".format(*s))
+def test_onednn_matches_nn_conv2d_forward_and_backward(pynative, shape):
+    cin, cout, k, s, p, size = shape
+    rng = np.random.default_rng(0)
+    ref = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
+    dnn = C.Conv2d(cin, cout, k, s, p, "onednn", size)
+    dnn.weight.set_data(ref.weight.data)
+    out = C.conv_output_size(size, k, s, p)
+    x = Tensor(rng.standard_normal((2, cin, size, size), dtype=np.float32))
+    dy = Tensor(rng.standard_normal((2, cout, out, out), dtype=np.float32))
+    for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(dnn, x, dy)):
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
+    rng = np.random.default_rng(1)
+    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
+    dnn = C.Conv2d(4, 6, 3, 2, 1, "onednn", 6)
+    dnn.weight.set_data(ref.weight.data)
+    for size in (6, 9):  # planned for 6; oneDNN primitives are made per input shape, so 9 runs it too
+        out = C.conv_output_size(size, 3, 2, 1)
+        x = Tensor(rng.standard_normal((3, 4, size, size), dtype=np.float32))
+        dy = Tensor(rng.standard_normal((3, 6, out, out), dtype=np.float32))
+        for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(dnn, x, dy)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # AMP O2/O3 hand it float16 tensors: converted to float32 inside, the result back to float16.
+    x = Tensor(rng.standard_normal((2, 4, 6, 6), dtype=np.float32))
+    dy = Tensor(rng.standard_normal((2, 6, 3, 3), dtype=np.float32))
+    want = fwd_bwd(ref, x, dy)
+    got = fwd_bwd(dnn.to_float(ms.float16), x.astype(ms.float16), dy.astype(ms.float16))
+    assert got[0].dtype == got[1].dtype == np.float16
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g.astype(np.float32), w, rtol=1e-2, atol=2e-2)
+
+
+@needs_compiler
+def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monkeypatch):
+    from models import onednn
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = onednn.library()
+    assert os.path.dirname(first) == str(C.cache_path().parent)
+    built = os.stat(first).st_mtime_ns
+    assert onednn.library() == first and os.stat(first).st_mtime_ns == built  # found, not rebuilt
+    # A file that is not a library under the expected name (a disk that filled up, a stray copy) is
+    # rebuilt. In another cache directory: a library this process has loaded stays mapped, whatever the file.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
+    broken = C.cache_path().parent / os.path.basename(first)
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"\x7fELF truncated")
+    assert onednn.library() == str(broken) and onednn._loads(broken)
+    # No compiler: one sentence naming the way out, not a compiler traceback.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    with pytest.raises(ModelError, match="no C\\+\\+ compiler.*model.conv=native or auto"):
+        onednn.library()
+
+
 def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
     rng = np.random.default_rng(1)
     ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)
@@ -88,23 +157,24 @@ def test_gemm_runs_in_float16_as_amp_o2_casts_it(graph):
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
 
 
-def test_checkpoint_saved_under_one_choice_loads_under_another(pynative, tmp_path):
+@pytest.mark.parametrize("other", ["gemm", pytest.param("onednn", marks=needs_compiler)])
+def test_checkpoint_saved_under_one_choice_loads_under_another(pynative, tmp_path, other):
     ms.set_seed(0)
     build = dict(style="cifar", depth=8, width=4, num_classes=3, in_channels=1, image_size=8)
-    native, gemm = resnet(**build, conv="native"), resnet(**build, conv="gemm")
-    assert [p.name for p in native.get_parameters()] == [p.name for p in gemm.get_parameters()]
-    assert {c.path for _, c in gemm.cells_and_names() if isinstance(c, C.Conv2d)} == {"gemm"}
+    native, alt = resnet(**build, conv="native"), resnet(**build, conv=other)
+    assert [p.name for p in native.get_parameters()] == [p.name for p in alt.get_parameters()]
+    assert {c.path for _, c in alt.cells_and_names() if isinstance(c, C.Conv2d)} == {other}
     path = str(tmp_path / "native.ckpt")
     ms.save_checkpoint(native, path)
-    not_loaded, _ = ms.load_param_into_net(gemm, ms.load_checkpoint(path), strict_load=True)
+    not_loaded, _ = ms.load_param_into_net(alt, ms.load_checkpoint(path), strict_load=True)
     assert not_loaded == []
     native.set_train(False)
-    gemm.set_train(False)
+    alt.set_train(False)
     x = Tensor(np.random.default_rng(2).standard_normal((2, 1, 8, 8), dtype=np.float32))
-    np.testing.assert_allclose(gemm(x).asnumpy(), native(x).asnumpy(), rtol=1e-5, atol=1e-5)
-    # and back: the gemm model's checkpoint holds no extra entries (the im2col matrix is a constant)
-    ms.save_checkpoint(gemm, str(tmp_path / "gemm.ckpt"))
-    assert set(ms.load_checkpoint(str(tmp_path / "gemm.ckpt"))) == set(ms.load_checkpoint(path))
+    np.testing.assert_allclose(alt(x).asnumpy(), native(x).asnumpy(), rtol=1e-5, atol=1e-5)
+    # and back: no extra entries (the im2col matrix, onednn's stride and padding are graph constants)
+    ms.save_checkpoint(alt, str(tmp_path / "alt.ckpt"))
+    assert set(ms.load_checkpoint(str(tmp_path / "alt.ckpt"))) == set(ms.load_checkpoint(path))
 
 
 def test_auto_times_once_then_reads_the_cache(pynative, tmp_path, monkeypatch):
@@ -150,8 +220,27 @@ def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
     assert bad.returncode != 0 and "fast" in bad.stderr + bad.stdout
 
 
+@needs_compiler
+def test_an_onednn_run_trains_to_the_pinned_numbers_uncapped_and_exports_natively(tmp_path, tiny):
+    from test_train import PINNED_LOSS, PINNED_VAL
+
+    run_cli(tmp_path, *tiny, "model.conv=onednn", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    m = metrics(tmp_path)
+    # The same numbers as MindSpore's own Conv2D (the pinned default run), up to summation order.
+    for step, loss in PINNED_LOSS.items():
+        assert m["loss_curve"][step - 1] == pytest.approx(loss, abs=2e-4), step
+    for key, value in PINNED_VAL.items():
+        assert m[key] == pytest.approx(value, abs=2e-4), key
+    assert set(m["flops"]["conv_paths"]) == {"onednn"} and m["flops"]["conv_paths"]["onednn"]["layers"] == 9
+    assert m["cpu_isa"] == {"value": None, "set_by": None}  # cpu_isa_cap=auto: no AVX2 cap for onednn
+    # The exported file holds MindSpore's Conv2D: portable, and the same numbers as the checkpoint.
+    proc = run_module("runner.export", f"run={tmp_path}", "format=mindir", "parity_samples=10")
+    record = json.loads((outputs_of(proc) / "export.json").read_text())
+    assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("choice", ["native", "gemm", "auto"])
+@pytest.mark.parametrize("choice", ["native", "gemm", "auto", pytest.param("onednn", marks=needs_compiler)])
 def test_each_choice_trains_and_says_which_path_ran(tmp_path, tiny, choice):
     run_cli(tmp_path / choice, *tiny, f"model.conv={choice}", env={"XDG_CACHE_HOME": str(tmp_path)})
     m = metrics(tmp_path / choice)
@@ -162,3 +251,32 @@ def test_each_choice_trains_and_says_which_path_ran(tmp_path, tiny, choice):
     assert sum(e["forward_flops_per_sample"] for e in paths.values()) == m["flops"]["forward_conv_per_sample"]
     if choice != "auto":
         assert set(paths) == {choice}
+
+
+def test_the_cpu_isa_cap_follows_the_convolution_path(monkeypatch):
+    from conftest import compose_cfg
+
+    from runner.context import ISA_VAR, cap_cpu_isa
+
+    def cap(*overrides):
+        monkeypatch.delenv(ISA_VAR, raising=False)
+        cfg = compose_cfg("device=cpu", *overrides)
+        return cap_cpu_isa(cfg.device, cfg.model.conv), os.environ.get(ISA_VAR)
+
+    # MindSpore's Conv2D needs AVX2 on AVX-512 CPUs; onednn's blocked kernels are the AVX-512 ones.
+    assert cap() == ({"value": "AVX2", "set_by": "runner"}, "AVX2")
+    assert cap("model.conv=gemm") == ({"value": "AVX2", "set_by": "runner"}, "AVX2")
+    assert cap("model.conv=onednn") == ({"value": None, "set_by": None}, None)
+    # An explicit cap is the user's word, whatever the path.
+    assert cap("model.conv=onednn", "device.cpu_isa_cap=AVX2") == ({"value": "AVX2", "set_by": "runner"}, "AVX2")
+    assert cap("device.cpu_isa_cap=") == ({"value": None, "set_by": None}, None)
+
+
+def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
+    from conftest import compose_cfg
+
+    from models.build import build_model
+
+    cfg = compose_cfg("model=mindcv", "model.conv=onednn")
+    with pytest.raises(ModelError, match="model.conv=onednn applies to the runner's own ResNets"):
+        build_model(cfg.model, 10, 3, 32)

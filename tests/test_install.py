@@ -38,8 +38,8 @@ def clean_env():
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ONEDNN_MAX_CPU_ISA")}
 
 
-def run(cmd, cwd, timeout=600):
-    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+def run(cmd, cwd, timeout=600, env=None):
+    proc = subprocess.run(cmd, cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -84,6 +84,11 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
     assert metrics(work / "one")["val_accuracy"] > 0.3
     evaluated = run([str(bin_dir / "msrun-evaluate"), f"run={work}/one"], work).stdout
     assert "top1" in evaluated  # the other commands' console scripts, from the wheel's runner/conf too
+    if shutil.which("g++"):  # model.conv=onednn compiles from the wheel's own copy of its source and headers
+        build = "from models import onednn; print(onednn.SOURCE); print(onednn.library())"
+        env = {**clean_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        source, lib = run([str(bin_dir / "python"), "-c", build], work, env=env).stdout.split()[-2:]
+        assert str(tmp_path / "venv") in source and lib.startswith(str(tmp_path / "cache"))
     run(
         [
             str(bin_dir / "python"),

@@ -1,0 +1,360 @@
+// model.conv=onednn: a convolution's forward, backward-data and backward-weights passes as MindSpore AOT
+// custom operators (ops.Custom func_type="aot"), computed by the oneDNN library MindSpore itself ships.
+//
+// Why: MindSpore 2.10's Conv2D hands oneDNN plain NCHW memory, on which oneDNN has only a per-image
+// im2col + GEMM (AVX2) or reference kernels (AVX-512). Asked for memory formats of its own choice
+// ("any"), the same library picks its blocked direct kernels (jit:avx512_core, brgconv), as PyTorch's
+// convolutions do. Tensors stay plain NCHW outside: each call reorders in and out of the blocked format.
+//
+// Built by models/onednn.py with g++ against the oneDNN C API headers in third_party/onednn.
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.h"
+#include "oneapi/dnnl/dnnl_threadpool.h"
+#include "oneapi/dnnl/dnnl_threadpool_iface.hpp"
+
+namespace {
+
+// MindSpore's oneDNN uses the threadpool runtime: given no threadpool, a primitive runs on one thread.
+// A persistent pool in which the calling thread takes part; parallel regions run one at a time.
+class Pool : public dnnl::threadpool_interop::threadpool_iface {
+ public:
+  explicit Pool(int n) : n_(n < 1 ? 1 : n) {
+    for (int i = 1; i < n_; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  ~Pool() override {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+      ++gen_;
+    }
+    cv_.notify_all();
+    for (auto &t : workers_) t.join();
+  }
+  int get_num_threads() const override { return n_; }
+  bool get_in_parallel() const override { return in_parallel_; }
+  uint64_t get_flags() const override { return 0; }  // synchronous: parallel_for returns when all is done
+  void parallel_for(int n, const std::function<void(int, int)> &fn) override {
+    if (n <= 0) return;
+    if (n == 1 || n_ == 1 || in_parallel_) {
+      for (int i = 0; i < n; ++i) fn(i, n);
+      return;
+    }
+    std::lock_guard<std::mutex> region(region_m_);
+    {
+      std::lock_guard<std::mutex> g(m_);
+      fn_ = &fn;
+      total_ = n;
+      next_.store(0);
+      done_.store(0);
+      ++gen_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> g(m_);
+    done_cv_.wait(g, [&] { return done_.load() == total_; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void work() {
+    in_parallel_ = true;
+    for (int i; (i = next_.fetch_add(1)) < total_;) {
+      (*fn_)(i, total_);
+      if (done_.fetch_add(1) + 1 == total_) {
+        std::lock_guard<std::mutex> g(m_);
+        done_cv_.notify_all();
+      }
+    }
+    in_parallel_ = false;
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return gen_ != seen; });
+        seen = gen_;
+        if (stop_) return;
+        if (!fn_) continue;
+      }
+      work();
+    }
+  }
+  int n_;
+  std::vector<std::thread> workers_;
+  std::mutex m_, region_m_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int, int)> *fn_ = nullptr;
+  int total_ = 0;
+  std::atomic<int> next_{0}, done_{0};
+  uint64_t gen_ = 0;
+  bool stop_ = false;
+  static thread_local bool in_parallel_;
+};
+thread_local bool Pool::in_parallel_ = false;
+
+struct Failure {
+  std::string what;
+};
+
+void check(dnnl_status_t status, const char *what) {
+  if (status != dnnl_success) throw Failure{std::string(what) + " failed (oneDNN status " + std::to_string(status) + ")"};
+}
+
+int cpus() {  // the CPUs this process may run on (taskset, cgroup cpusets), not all the machine's
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int>(n) : 1;
+}
+
+struct Runtime {
+  dnnl_engine_t engine = nullptr;
+  dnnl_stream_t stream = nullptr;
+  Pool pool{cpus()};
+  std::mutex exec_m;  // MindSpore may launch two kernels at once; the pool and stream serve one at a time
+  Runtime() {
+    check(dnnl_engine_create(&engine, dnnl_cpu, 0), "dnnl_engine_create");
+    check(dnnl_threadpool_interop_stream_create(&stream, engine, &pool), "dnnl_threadpool_interop_stream_create");
+  }
+};
+Runtime &runtime() {
+  static Runtime *rt = new Runtime();  // never destroyed: its threads must outlive static destructors
+  return *rt;
+}
+
+// A memory descriptor owned by the cache (descriptors are handles in oneDNN 3).
+struct Md {
+  dnnl_memory_desc_t md = nullptr;
+  Md() = default;
+  Md(const dnnl_dims_t dims, dnnl_format_tag_t tag, dnnl_data_type_t type = dnnl_f32) { init(dims, tag, type); }
+  void init(const dnnl_dims_t dims, dnnl_format_tag_t tag, dnnl_data_type_t type) {
+    check(dnnl_memory_desc_create_with_tag(&md, 4, dims, type, tag), "dnnl_memory_desc_create_with_tag");
+  }
+  Md(const Md &) = delete;
+  Md &operator=(const Md &) = delete;
+  ~Md() {
+    if (md) dnnl_memory_desc_destroy(md);
+  }
+};
+
+// One primitive with the reorders around it: for each argument, the plain layout MindSpore's tensors
+// have and the one the primitive chose; a reorder where they differ.
+struct Prim {
+  dnnl_primitive_desc_t pd = nullptr;
+  dnnl_primitive_t prim = nullptr;
+  ~Prim() {
+    if (prim) dnnl_primitive_destroy(prim);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+  }
+};
+
+struct Reorder {
+  dnnl_primitive_t prim = nullptr;  // null: the formats agree, no reorder
+  ~Reorder() {
+    if (prim) dnnl_primitive_destroy(prim);
+  }
+};
+
+void make_reorder(Reorder &r, const_dnnl_memory_desc_t from, const_dnnl_memory_desc_t to, dnnl_engine_t eng) {
+  if (dnnl_memory_desc_equal(from, to)) return;
+  dnnl_primitive_desc_t pd;
+  check(dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, nullptr), "dnnl_reorder_primitive_desc_create");
+  dnnl_status_t s = dnnl_primitive_create(&r.prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  check(s, "dnnl_primitive_create (reorder)");
+}
+
+enum Pass { FWD = 0, BWD_DATA = 1, BWD_WEIGHTS = 2 };
+
+// Every descriptor and primitive for one convolution shape, created on first use and kept.
+struct Conv {
+  Md src, wei, dst;  // plain, as MindSpore holds them: NCHW activations, OIHW weights, their own dtypes
+  Prim pass[3];
+  // Per pass, the primitive's own formats of its two inputs and one output, and the reorders.
+  const_dnnl_memory_desc_t in_md[3][2], out_md[3];
+  Reorder in_r[3][2], out_r[3];
+};
+
+// N C H W O k s p, and the dtypes MindSpore holds x (and dx), y (and dy) and w (and dw) in.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, dnnl_data_type_t,
+                       dnnl_data_type_t, dnnl_data_type_t>;
+
+std::mutex cache_m;
+std::map<Key, std::unique_ptr<Conv>> cache;
+
+dnnl_primitive_attr_t user_scratchpad() {
+  // Scratchpad memory passed at each call, so that one primitive may run in two threads at once.
+  dnnl_primitive_attr_t attr;
+  check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
+  check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+  return attr;
+}
+
+Conv *get(const Key &key) {
+  std::lock_guard<std::mutex> g(cache_m);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.get();
+  auto [n, c, h, w, o, k, s, p, x_type, y_type, w_type] = key;
+  dnnl_engine_t eng = runtime().engine;
+  auto cv = std::make_unique<Conv>();
+  dnnl_dims_t src_d = {n, c, h, w}, wei_d = {o, c, k, k};
+  dnnl_dims_t dst_d = {n, o, (h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1};
+  dnnl_dims_t strides = {s, s}, dilates = {0, 0}, pad = {p, p};
+  // The primitives compute in float32 (as MindSpore's own CPU Conv2D does under AMP); a float16 tensor
+  // is converted by the reorder that brings it into (or out of) the primitive's format.
+  cv->src.init(src_d, dnnl_nchw, x_type);
+  cv->wei.init(wei_d, dnnl_oihw, w_type);
+  cv->dst.init(dst_d, dnnl_nchw, y_type);
+  Md src_any(src_d, dnnl_format_tag_any), wei_any(wei_d, dnnl_format_tag_any), dst_any(dst_d, dnnl_format_tag_any);
+  dnnl_primitive_attr_t attr = user_scratchpad();
+  dnnl_primitive_desc_t *pd = &cv->pass[FWD].pd;
+  dnnl_status_t st = dnnl_convolution_forward_primitive_desc_create(
+      pd, eng, dnnl_forward_training, dnnl_convolution_direct, src_any.md, wei_any.md, nullptr, dst_any.md, strides,
+      dilates, pad, pad, attr);
+  if (st == dnnl_success)
+    st = dnnl_convolution_backward_data_primitive_desc_create(&cv->pass[BWD_DATA].pd, eng, dnnl_convolution_direct,
+                                                              src_any.md, wei_any.md, dst_any.md, strides, dilates,
+                                                              pad, pad, *pd, attr);
+  if (st == dnnl_success)
+    st = dnnl_convolution_backward_weights_primitive_desc_create(
+        &cv->pass[BWD_WEIGHTS].pd, eng, dnnl_convolution_direct, src_any.md, wei_any.md, nullptr, dst_any.md, strides,
+        dilates, pad, pad, *pd, attr);
+  dnnl_primitive_attr_destroy(attr);
+  check(st, "convolution primitive descriptor");
+  // Inputs and output of each pass, as (query, plain descriptor).
+  const dnnl_query_t in_q[3][2] = {{dnnl_query_src_md, dnnl_query_weights_md},
+                                   {dnnl_query_diff_dst_md, dnnl_query_weights_md},
+                                   {dnnl_query_src_md, dnnl_query_diff_dst_md}};
+  const dnnl_memory_desc_t in_plain[3][2] = {{cv->src.md, cv->wei.md}, {cv->dst.md, cv->wei.md}, {cv->src.md, cv->dst.md}};
+  const dnnl_query_t out_q[3] = {dnnl_query_dst_md, dnnl_query_diff_src_md, dnnl_query_diff_weights_md};
+  const dnnl_memory_desc_t out_plain[3] = {cv->dst.md, cv->src.md, cv->wei.md};
+  for (int i = 0; i < 3; ++i) {
+    check(dnnl_primitive_create(&cv->pass[i].prim, cv->pass[i].pd), "dnnl_primitive_create (convolution)");
+    for (int j = 0; j < 2; ++j) {
+      cv->in_md[i][j] = dnnl_primitive_desc_query_md(cv->pass[i].pd, in_q[i][j], 0);
+      make_reorder(cv->in_r[i][j], in_plain[i][j], cv->in_md[i][j], eng);
+    }
+    cv->out_md[i] = dnnl_primitive_desc_query_md(cv->pass[i].pd, out_q[i], 0);
+    make_reorder(cv->out_r[i], cv->out_md[i], out_plain[i], eng);
+  }
+  Conv *raw = cv.get();
+  cache[key] = std::move(cv);
+  return raw;
+}
+
+// A oneDNN memory over `data` (no copy), destroyed with this object.
+struct Mem {
+  dnnl_memory_t m = nullptr;
+  Mem(const_dnnl_memory_desc_t md, void *data) {
+    check(dnnl_memory_create(&m, md, runtime().engine, data ? data : DNNL_MEMORY_ALLOCATE), "dnnl_memory_create");
+  }
+  Mem(const Mem &) = delete;
+  ~Mem() {
+    if (m) dnnl_memory_destroy(m);
+  }
+};
+
+void reorder(const Reorder &r, dnnl_memory_t from, dnnl_memory_t to) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+  check(dnnl_primitive_execute(r.prim, runtime().stream, 2, args), "reorder");
+}
+
+// Runs pass `i` of `cv`: reads the plain buffers a and b, writes the plain buffer out.
+void run(Conv *cv, int i, void *a, void *b, void *out) {
+  static const int in_arg[3][2] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS},
+                                   {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS},
+                                   {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST}};
+  static const int out_arg[3] = {DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS};
+  const dnnl_memory_desc_t in_plain[3][2] = {{cv->src.md, cv->wei.md}, {cv->dst.md, cv->wei.md}, {cv->src.md, cv->dst.md}};
+  const dnnl_memory_desc_t out_plain[3] = {cv->dst.md, cv->src.md, cv->wei.md};
+  Runtime &rt = runtime();
+  std::lock_guard<std::mutex> g(rt.exec_m);
+  void *plain_in[2] = {a, b};
+  std::unique_ptr<Mem> user_in[2], own_in[2];
+  dnnl_exec_arg_t args[4];
+  for (int j = 0; j < 2; ++j) {
+    user_in[j] = std::make_unique<Mem>(in_plain[i][j], plain_in[j]);
+    if (cv->in_r[i][j].prim) {
+      own_in[j] = std::make_unique<Mem>(cv->in_md[i][j], nullptr);
+      reorder(cv->in_r[i][j], user_in[j]->m, own_in[j]->m);
+    }
+    args[j] = {in_arg[i][j], (own_in[j] ? own_in[j] : user_in[j])->m};
+  }
+  Mem user_out(out_plain[i], out);
+  std::unique_ptr<Mem> own_out;
+  if (cv->out_r[i].prim) own_out = std::make_unique<Mem>(cv->out_md[i], nullptr);
+  args[2] = {out_arg[i], own_out ? own_out->m : user_out.m};
+  Mem scratch(dnnl_primitive_desc_query_md(cv->pass[i].pd, dnnl_query_scratchpad_md, 0), nullptr);
+  args[3] = {DNNL_ARG_SCRATCHPAD, scratch.m};
+  check(dnnl_primitive_execute(cv->pass[i].prim, rt.stream, 4, args), "convolution");
+  if (own_out) reorder(cv->out_r[i], own_out->m, user_out.m);
+  check(dnnl_stream_wait(rt.stream), "dnnl_stream_wait");
+}
+
+dnnl_data_type_t type_of(const char *dtype) {
+  if (std::strcmp(dtype, "float32") == 0) return dnnl_f32;
+  if (std::strcmp(dtype, "float16") == 0) return dnnl_f16;
+  throw Failure{std::string("takes float32 or float16 tensors, got ") + dtype};
+}
+
+int64_t scalar(void *p) { return *static_cast<int64_t *>(p); }
+
+// The operators' common frame: argument checks, then pass `i`. x_at, y_at, w_at: where the tensors with
+// x's, y's and w's shape and dtype are among the parameters (the output counts).
+int call(const char *name, int want_params, int nparam, void **params, int *ndims, int64_t **shapes,
+         const char **dtypes, int i, int x_at, int y_at, int w_at, int s_at) {
+  int out_at = nparam - 1;
+  try {
+    if (nparam != want_params) throw Failure{"expects " + std::to_string(want_params) + " tensors"};
+    if (ndims[x_at] != 4 || ndims[w_at] != 4) throw Failure{"takes 4-d tensors (N, C, H, W) and (O, C, k, k)"};
+    const int64_t *x = shapes[x_at], *w = shapes[w_at];
+    Conv *cv = get(Key{x[0], x[1], x[2], x[3], w[0], w[2], scalar(params[s_at]), scalar(params[s_at + 1]),
+                       type_of(dtypes[x_at]), type_of(dtypes[y_at]), type_of(dtypes[w_at])});
+    run(cv, i, params[0], params[1], params[out_at]);
+    return 0;
+  } catch (const Failure &f) {
+    std::fprintf(stderr, "model.conv=onednn: %s %s\n", name, f.what.c_str());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "model.conv=onednn: %s: %s\n", name, e.what());
+  }
+  return 1;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Stride and padding arrive as int64 tensors of one element, after the data inputs. Tensors are float32
+// or float16 (AMP), each in its own.
+// Forward: x (N, C, H, W), w (O, C, k, k), stride, padding -> y (N, O, OH, OW).
+int ConvForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  return call("ConvForward", 5, nparam, params, ndims, shapes, dtypes, FWD, 0, 4, 1, 2);
+}
+
+// Backward data: dy (N, O, OH, OW), w, x (for its shape), stride, padding -> dx (N, C, H, W).
+int ConvBackwardData(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  return call("ConvBackwardData", 6, nparam, params, ndims, shapes, dtypes, BWD_DATA, 5, 0, 1, 3);
+}
+
+// Backward weights: x, dy, w (for its shape), stride, padding -> dw (O, C, k, k).
+int ConvBackwardWeights(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                        void *) {
+  return call("ConvBackwardWeights", 6, nparam, params, ndims, shapes, dtypes, BWD_WEIGHTS, 0, 1, 5, 3);
+}
+}
