@@ -3,12 +3,13 @@
 ImageNet-style ResNet-18 (models/resnet.py: style=imagenet depth=18 width=64), 3x64x64 inputs, batch 64,
 SGD momentum 0.9 (lr 0.1), FP32, training steps on fixed random tensors (no data pipeline: the runner's
 pipeline overhead is measured by bench/overhead.py). MindSpore runs with ONEDNN_MAX_CPU_ISA=AVX2, as the
-runner sets on CPU. Each measurement is a fresh process; variants alternate within each repetition so
-that load from other jobs on the machine hits all of them alike. Prints each repetition's img/s, the
-median ratio to PyTorch, and a per-layer table: every distinct convolution shape of the network timed
+runner sets on CPU, except under model.conv=onednn, where the runner sets no cap (runner/context.py).
+Each measurement is a fresh process; variants alternate within each repetition so that load from other
+jobs on the machine hits all of them alike. Prints each repetition's img/s, the median ratio to PyTorch,
+and a per-layer table: every distinct convolution shape of the network timed
 forward + backward in each framework (and under each MindSpore convolution path).
 
-    python bench/vs_torch.py --reps 3 --conv native,auto
+    python bench/vs_torch.py --reps 3 --conv native,auto,onednn
     python bench/vs_torch.py --layers-only
 
 Needs PyTorch: pip install -e '.[bench]'. Not part of the runner.
@@ -41,8 +42,9 @@ LAYERS = [
 
 
 # ---------------------------------------------------------------- MindSpore side
-def ms_setup(threads: int):
-    os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")  # what the runner does on CPU
+def ms_setup(threads: int, conv: str = "native"):
+    if conv != "onednn":  # what the runner does on CPU (runner/context.py cap_cpu_isa)
+        os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
     sys.path.insert(0, REPO)
     import mindspore as ms
 
@@ -61,7 +63,7 @@ def torch_setup(threads: int):
 
 
 def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
-    ms = ms_setup(threads)
+    ms = ms_setup(threads, conv)
     if jit_level:  # graph compile level: O0 (kernel by kernel) or O1 (with fusion); default: MindSpore's choice
         ms.set_context(jit_config={"jit_level": jit_level})
     import numpy as np
@@ -94,7 +96,7 @@ def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
 
 
 def ms_layers(path: str, repeats: int, threads: int) -> dict:
-    ms_setup(threads)
+    ms_setup(threads, path)
     from models import conv as C
 
     C.BENCH_BATCH = BATCH
@@ -272,7 +274,7 @@ def main():
                 + f" | {statistics.median(results[v]):.1f} | {statistics.median(ratios):.2f}x |"
             )
     if not args.no_layers:
-        ms_paths = ["native", "gemm"]
+        ms_paths = ["native", "gemm", "onednn"]
         tables = {}
         for pth in ms_paths:
             tables[pth] = spawn(f"ms-layers:{pth}", args)
@@ -280,25 +282,26 @@ def main():
         tables["torch"] = tl["layers"]
         print(f"\nper-layer convolution forward + backward, batch {BATCH}, ms (best of {args.layer_repeats})")
         print(
-            "| layer | shape | count | MindSpore native | MindSpore gemm | PyTorch | native/PyTorch | best MS/PyTorch |"
+            "| layer | shape | count | MindSpore native | MindSpore gemm | MindSpore onednn | PyTorch | "
+            "native/PyTorch | onednn/PyTorch |"
         )
-        print("|---|---|---|---|---|---|---|---|")
-        tot = {"native": 0.0, "best": 0.0, "torch": 0.0}
+        print("|---|---|---|---|---|---|---|---|---|")
+        tot = {"native": 0.0, "gemm": 0.0, "onednn": 0.0, "torch": 0.0}
         for name, cin, cout, k, _, _, size, count in LAYERS:
-            n, g, t = tables["native"][name], tables["gemm"][name], tables["torch"][name]
-            best = min(n, g) if g is not None else n
+            n, g, o, t = (tables[p][name] for p in ("native", "gemm", "onednn", "torch"))
             tot["native"] += n * count
-            tot["best"] += best * count
+            tot["gemm"] += min(n, g if g is not None else n) * count  # auto's best case: the faster per layer
+            tot["onednn"] += o * count
             tot["torch"] += t * count
             gs = f"{g:.1f}" if g is not None else "-"
             print(
-                f"| {name} | {cin}->{cout} k{k} @{size} | {count} | {n:.1f} | {gs} | {t:.1f} | "
-                f"{n / t:.2f} | {best / t:.2f} |"
+                f"| {name} | {cin}->{cout} k{k} @{size} | {count} | {n:.1f} | {gs} | {o:.1f} | {t:.1f} | "
+                f"{n / t:.2f} | {o / t:.2f} |"
             )
         print(
-            f"| all convolutions (x count) | | 20 | {tot['native']:.0f} | best {tot['best']:.0f} | "
-            f"{tot['torch']:.0f} | "
-            f"{tot['native'] / tot['torch']:.2f} | {tot['best'] / tot['torch']:.2f} |"
+            f"| all convolutions (x count) | | 20 | {tot['native']:.0f} | best of native/gemm {tot['gemm']:.0f} | "
+            f"{tot['onednn']:.0f} | {tot['torch']:.0f} | "
+            f"{tot['native'] / tot['torch']:.2f} | {tot['onednn'] / tot['torch']:.2f} |"
         )
         print("\nPyTorch whole training step, torch.profiler self CPU time per step (top operators):")
         print("| operator | ms/step |\n|---|---|")

@@ -37,7 +37,7 @@ def check_cpu_isa(device) -> None:
         (f"the environment variable {ISA_VAR}", os.environ.get(ISA_VAR)),
         ("device.cpu_isa_cap", device.cpu_isa_cap),
     ):
-        if value and value.upper() not in CPU_ISAS:
+        if value and value.upper() not in CPU_ISAS and not (where == "device.cpu_isa_cap" and value == "auto"):
             raise ConfigError(
                 f"{where}={value!r} is not a CPU ISA name oneDNN knows (it would ignore it and may pick kernels "
                 f"~30x slower). Use one of: {', '.join(CPU_ISAS)} (any case)."
@@ -46,19 +46,23 @@ def check_cpu_isa(device) -> None:
             return  # the user's variable wins over device.cpu_isa_cap (cap_cpu_isa)
 
 
-def cap_cpu_isa(device) -> dict:
+def cap_cpu_isa(device, conv: str = "native") -> dict:
     """Set ONEDNN_MAX_CPU_ISA before MindSpore loads when the target may be the CPU; return what was done.
 
     oneDNN inside MindSpore 2.10 picks a reference convolution kernel on AVX-512 CPUs, ~70x slower
-    than the AVX2 GEMM kernel it picks under the cap (docs/mindspore-notes.md#cpu-isa). A value the
-    user set wins.
+    than the AVX2 GEMM kernel it picks under the cap (docs/mindspore-notes.md#cpu-isa). `conv` is
+    model.conv: with "onednn" no convolution goes through MindSpore's Conv2D, and the blocked kernels
+    that path asks oneDNN for are AVX-512's, so cpu_isa_cap=auto sets no cap. A value the user set wins.
     """
     if ISA_VAR in os.environ:
         return {"value": os.environ[ISA_VAR], "set_by": "user"}
-    if device.target in ("gpu", "ascend") or not device.cpu_isa_cap:
+    cap = device.cpu_isa_cap
+    if cap == "auto":
+        cap = "" if getattr(conv, "value", conv) == "onednn" else "AVX2"
+    if device.target in ("gpu", "ascend") or not cap:
         return {"value": None, "set_by": None}
-    os.environ[ISA_VAR] = device.cpu_isa_cap
-    return {"value": device.cpu_isa_cap, "set_by": "runner"}
+    os.environ[ISA_VAR] = cap
+    return {"value": cap, "set_by": "runner"}
 
 
 def setup(device, mode, seed: int) -> str:

@@ -190,6 +190,9 @@ def export(app) -> dict:
         )
     out_dir = HydraConfig.get().runtime.output_dir
     cfg = lifecycle.load_config(app.run, app.data)
+    # The file holds MindSpore's own Conv2D whatever model.conv trained: onednn's AOT operator is a path to
+    # a library on this machine and gemm's im2col matrices are large constants. Parameters are the same.
+    cfg.model.conv = "native"
     saved = lifecycle.open_run(app.run, app.ckpt, cfg)
     target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
     import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded

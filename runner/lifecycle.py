@@ -124,7 +124,7 @@ def before_mindspore(cfg) -> None:
     """What must happen before MindSpore loads: oneDNN reads its ISA cap once (runner/context.py)."""
     from runner.context import cap_cpu_isa
 
-    cap_cpu_isa(cfg.device)
+    cap_cpu_isa(cfg.device, cfg.model.conv)
 
 
 def build(cfg, batch_size: Optional[int] = None):

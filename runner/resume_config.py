@@ -38,6 +38,9 @@ CHANGEABLE = (
     "ladder",
     # The fix a NaN stop names: FP32 islands add no parameter or state, they change where FP16 computes.
     "amp.keep_fp32",
+    # How convolutions compute on CPU: the same parameters and, up to float summation order, the same numbers.
+    "model.conv",
+    "device.cpu_isa_cap",
 )
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
@@ -164,7 +167,7 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
             f"--config-path {source_dir} --config-name config), or start a new run.{lr_hint} What may "
             "change on resume: epochs, log_every, logger, checkpoint.*, eval, validation.*, early_stop.*, "
             "save_checkpoint, diagnose.*, "
-            "amp.keep_fp32."
+            "amp.keep_fp32, model.conv, device.cpu_isa_cap."
         )
     from runner.files import write_json
 

@@ -149,7 +149,7 @@ def interrupted_after_training(p: Parts, env: Env, signum: int):
 
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
-    isa = cap_cpu_isa(cfg.device)  # before MindSpore loads: oneDNN reads it once
+    isa = cap_cpu_isa(cfg.device, cfg.model.conv)  # before MindSpore loads: oneDNN reads it once
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
     if rank == 0 and distributed.in_msrun():

@@ -143,7 +143,8 @@ class EmaConfig:
 class DeviceConfig:
     target: Target = MISSING
     id: int = 0
-    cpu_isa_cap: str = "AVX2"  # ONEDNN_MAX_CPU_ISA on CPU; "" leaves oneDNN's own choice
+    # ONEDNN_MAX_CPU_ISA on CPU; "" leaves oneDNN's own choice; auto: AVX2, unless model.conv=onednn
+    cpu_isa_cap: str = "auto"
 
 
 @dataclass

@@ -63,12 +63,13 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
 
 
 def conv_path(cell, input_shape) -> str:
-    """The algorithm a convolution cell runs on this input: "native" or "gemm" (models/conv.py).
+    """The algorithm a convolution cell runs on this input: "native", "gemm" or "onednn" (models/conv.py).
 
     A gemm cell built for another input size compiles to the native convolution, so it counts as such.
     """
-    if getattr(cell, "path", "native") != "gemm":
-        return "native"
+    path = getattr(cell, "path", "native")
+    if path != "gemm":
+        return path
     if getattr(cell, "select", None) is not None and tuple(input_shape[2:]) != (cell.size, cell.size):
         return "native"
     return "gemm"
