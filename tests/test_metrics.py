@@ -115,6 +115,15 @@ def test_run_advice_only_from_what_was_measured():
     (note,) = advice.run_notes(_m(compile_seconds=9.0, train_seconds=12.0, first_call_seconds=9.5))
     assert "Compiling took 9.0 s" in note
     assert advice.run_notes(_m(mode="pynative", compile_seconds=9.0, first_call_seconds=9.5)) == []
+    flops = {"conv_paths": {"native": {"layers": 3, "forward_flops_per_sample": 300}}}
+    (note,) = advice.run_notes(_m(flops=flops))
+    assert "100% of the convolution FLOPs" in note and "model.conv=onednn" in note
+    flops["conv_paths"]["gemm"] = {"layers": 1, "forward_flops_per_sample": 100}
+    (note,) = advice.run_notes(_m(flops=flops))
+    assert note.startswith("75% of the convolution FLOPs")
+    # Nothing to say once no convolution runs natively, or off the CPU (Conv2D is the fast path there).
+    assert advice.run_notes(_m(flops={"conv_paths": {"onednn": {"layers": 3, "forward_flops_per_sample": 300}}})) == []
+    assert advice.run_notes(_m(flops=flops, device_target="GPU")) == []
 
 
 def _row(job, thr, step_ms, compile_s, steps, **config):
