@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from models.conv import cache_path, conv_output_size
 from models.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -70,9 +69,8 @@ def mindspore_onednn() -> Path:
     return path
 
 
-def library() -> str:
-    """Path of the compiled operator library, built on first use (per source, MindSpore and compiler)."""
-    dnnl = mindspore_onednn()
+def find_compiler() -> str:
+    """The C++ compiler the library is built with: $CXX, else g++ or c++ on PATH (no MindSpore import)."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not compiler or not shutil.which(compiler):
         raise ModelError(
@@ -80,6 +78,15 @@ def library() -> str:
             f"({'CXX=' + compiler if compiler else 'no g++ or c++ on PATH'}). Install one (Debian/Ubuntu: "
             "apt install g++), or use model.conv=native or auto."
         )
+    return compiler
+
+
+def library() -> str:
+    """Path of the compiled operator library, built on first use (per source, MindSpore and compiler)."""
+    from models.conv import cache_path
+
+    compiler = find_compiler()
+    dnnl = mindspore_onednn()
     digest = hashlib.sha256()
     for part in (SOURCE.read_bytes(), str(dnnl).encode(), str(dnnl.stat().st_size).encode(), " ".join(FLAGS).encode()):
         digest.update(part)
@@ -150,6 +157,8 @@ def forward_op(kernel_size: int, stride: int, padding: int):
     only tensors. Tensors may be float32 or float16; the output has x's dtype, the weight gradient w's.
     """
     from mindspore import ops
+
+    from models.conv import conv_output_size
 
     so = library()
 

@@ -16,7 +16,7 @@ from runner.errors import user_errors
 from runner.files import write_json
 from runner.lock import check_free
 from runner.schema import register
-from runner.validate import validate
+from runner.validate import check_tools, validate
 
 register()
 
@@ -28,6 +28,7 @@ def main(cfg) -> float:
     logging.raiseExceptions = False
     try:
         validate(cfg)  # once per process, before anything heavy
+        check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
         if cfg.dry_run:
             print("Configuration is valid (dry_run=true: nothing was trained).")
             return None

@@ -345,6 +345,14 @@ def _optim_problems(cfg):
         yield f"ema.decay must be in [0, 1) (0: off), got {cfg.ema.decay}"
 
 
+def check_tools(cfg) -> None:
+    """Raise ModelError when training this config needs a tool the machine lacks (onednn: a C++ compiler)."""
+    if getattr(cfg.model.conv, "value", cfg.model.conv) == "onednn" and cfg.device.target in ("cpu", "auto"):
+        from models.onednn import find_compiler
+
+        find_compiler()
+
+
 def validate(cfg) -> None:
     """Raise ConfigError naming every value that is out of range or contradicts another."""
     bad = list(_non_finite(_resolved(cfg)))

@@ -233,8 +233,11 @@ def test_an_onednn_run_trains_to_the_pinned_numbers_uncapped_and_exports_nativel
         assert m[key] == pytest.approx(value, abs=2e-4), key
     assert set(m["flops"]["conv_paths"]) == {"onednn"} and m["flops"]["conv_paths"]["onednn"]["layers"] == 9
     assert m["cpu_isa"] == {"value": None, "set_by": None}  # cpu_isa_cap=auto: no AVX2 cap for onednn
-    # The exported file holds MindSpore's Conv2D: portable, and the same numbers as the checkpoint.
-    proc = run_module("runner.export", f"run={tmp_path}", "format=mindir", "parity_samples=10")
+    # The exported file holds MindSpore's Conv2D: portable, the same numbers as the checkpoint, and
+    # exporting needs no compiler.
+    proc = run_module(
+        "runner.export", f"run={tmp_path}", "format=mindir", "parity_samples=10", env={"CXX": str(tmp_path / "no-g++")}
+    )
     record = json.loads((outputs_of(proc) / "export.json").read_text())
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
 
@@ -280,3 +283,9 @@ def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
     cfg = compose_cfg("model=mindcv", "model.conv=onednn")
     with pytest.raises(ModelError, match="model.conv=onednn applies to the runner's own ResNets"):
         build_model(cfg.model, 10, 3, 32)
+
+
+def test_onednn_without_a_compiler_fails_before_anything_runs(tmp_path, tiny):
+    proc = run_cli(tmp_path, *tiny, "model.conv=onednn", "dry_run=true", check=False, env={"CXX": "/no/such/g++"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no C++ compiler (CXX=/no/such/g++)" in " ".join(proc.stderr.split())
