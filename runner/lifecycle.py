@@ -6,6 +6,7 @@ network and the preprocessing are those of the run. MindSpore is imported only i
 that need it: the CPU ISA cap must be set before it loads (runner/context.py).
 """
 
+import logging
 import os
 import sys
 import textwrap
@@ -17,8 +18,11 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from datasets.settings import DataConfig
+from models.errors import ModelError
 from runner.errors import ConfigError, UserError, user_errors
 from runner.schema import Config
+
+log = logging.getLogger("runner")
 
 CONFIG = "config.yaml"
 
@@ -123,7 +127,15 @@ def start(cfg) -> str:
 def before_mindspore(cfg) -> None:
     """What must happen before MindSpore loads: oneDNN reads its ISA cap once (runner/context.py)."""
     from runner.context import cap_cpu_isa
+    from runner.validate import check_tools
 
+    try:
+        check_tools(cfg)
+    except ModelError as e:
+        # A run trained with model.conv=onednn, used on a machine without a compiler: MindSpore's own
+        # Conv2D computes the same numbers (to 1e-5) from the same parameters.
+        log.warning("The run trained with model.conv=onednn; here: %s Using MindSpore's own Conv2D instead.", e)
+        cfg.model.conv = "native"
     cap_cpu_isa(cfg.device, cfg.model.conv)
 
 

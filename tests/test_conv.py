@@ -240,6 +240,11 @@ def test_an_onednn_run_trains_to_the_pinned_numbers_uncapped_and_exports_nativel
     )
     record = json.loads((outputs_of(proc) / "export.json").read_text())
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
+    # Evaluating it where no compiler is falls back to Conv2D, says so, and measures the same accuracy.
+    proc = run_module("runner.evaluate", f"run={tmp_path}", env={"CXX": str(tmp_path / "no-g++")})
+    assert "Using MindSpore's own Conv2D instead" in proc.stderr + proc.stdout
+    evaluated = json.loads((outputs_of(proc) / "metrics.json").read_text())
+    assert evaluated["top1"] == pytest.approx(m["val_accuracy"], abs=1e-9)
 
 
 @pytest.mark.slow
