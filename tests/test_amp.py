@@ -88,6 +88,7 @@ def test_keep_fp32_patterns_and_typos():
         match_cells(net, ["stme"])
 
 
+@pytest.mark.slow
 def test_fault_stops_names_first_block_and_its_fix_trains_like_o0(tmp_path, tiny):
     fault = tmp_path / "fault"
     proc = run_cli(fault, "amp=o3", "eval=false", *FAULT, *tiny, check=False)

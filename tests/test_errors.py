@@ -89,6 +89,7 @@ POOL = {
 }
 
 
+@pytest.mark.slow
 def test_fuzz_random_override_sets():
     rng = random.Random(0)
     outcomes = {"ok": 0, "error": 0}
@@ -170,6 +171,7 @@ def _small_disk(path):
     return path
 
 
+@pytest.mark.slow
 def test_disk_full_keeps_what_was_written(tmp_path, tiny):
     mnt = _small_disk(tmp_path / "small")
     try:

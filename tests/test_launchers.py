@@ -16,6 +16,7 @@ def test_launcher_configs_compose(launcher):
     assert launcher.split("_")[0] in yaml.safe_load(proc.stdout)["hydra"]["launcher"]["_target_"].lower()
 
 
+@pytest.mark.slow
 def test_optuna_two_trials_maximise_val_accuracy(tmp_path):
     run_cli(
         tmp_path,

@@ -8,6 +8,7 @@ from conftest import REPO, metrics, run_cli
 from omegaconf import OmegaConf
 
 
+@pytest.mark.slow
 def test_rerun_from_saved_config_reproduces(tmp_path, tiny):
     first = tmp_path / "first"
     run_cli(first, "epochs=2", *tiny[1:])

@@ -94,6 +94,7 @@ def test_bucket_and_none_refuse_data_parallel_shards():
         build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed, shard=(2, 0))
 
 
+@pytest.mark.slow
 def test_compile_counts_fixed_bucket_none(tmp_path):
     sizes = [(8, 8), (20, 14)]  # buckets 8 and 24 of the default [8, 16, 24, 32]
     digit_folder(tmp_path / "data", sizes, per_class=6, classes=4, val_per_class=1)

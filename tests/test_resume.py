@@ -25,6 +25,7 @@ def _max_diff(a, b):
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
+@pytest.mark.slow
 def test_resume_from_epoch_checkpoint_matches_uninterrupted(tmp_path):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run_cli(full, "epochs=2", *SMALL)

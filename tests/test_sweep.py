@@ -16,6 +16,7 @@ def _summary(sweep_dir):
     return list(csv.DictReader(open(sweep_dir / "summary.csv")))
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_only
 def test_jobs_do_not_depend_on_their_order(tmp_path, tiny):
     # oneDNN reads ONEDNN_MAX_CPU_ISA once per process: a job that shared a process with an

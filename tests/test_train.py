@@ -33,6 +33,7 @@ def test_each_mode_trains(tmp_path, tiny, mode):
     assert m["compile_count"] == (0 if mode == "pynative" else 1)
 
 
+@pytest.mark.slow
 def test_amp_levels_with_each_loss_scale(tmp_path, tiny):
     # One multirun: 3 levels x 3 loss-scale types, each job writes its own metrics.json.
     # Hydra's basic launcher (one process for all 9 jobs): this test checks numbers, not timings.

@@ -111,6 +111,7 @@ def _moved(run_dir, base_dir):
     return float(np.sqrt(sum(((a[k] - b[k]) ** 2).sum() for k in keys)))
 
 
+@pytest.mark.slow
 def test_clip_grad_norm_through_the_cli(tmp_path):
     flat = [*TINY, "optim.weight_decay=0", "optim.schedule=constant"]
     run_cli(tmp_path / "free", *flat)
@@ -122,6 +123,7 @@ def test_clip_grad_norm_through_the_cli(tmp_path):
     assert metrics(tmp_path / "tiny")["final_loss"] > 2.0 > 1.0 > metrics(tmp_path / "free")["final_loss"]
 
 
+@pytest.mark.slow
 def test_accumulate_steps_through_the_cli(tmp_path):
     run_cli(tmp_path / "acc", *TINY, "optim.accumulate_steps=2", "batch_size=16")
     m = metrics(tmp_path / "acc")

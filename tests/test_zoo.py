@@ -92,6 +92,7 @@ def test_zoo_model_trains_in_graph_mode(tmp_path):
     assert m["compile_count"] == 1 and curve[-10:].mean() < curve[:10].mean() - 0.3
 
 
+@pytest.mark.slow
 def test_resnet_stem_through_the_cli(tmp_path):
     # At 8x8, auto keeps the CIFAR stem; model.stem=imagenet forces the 7x7/2 + pool stem, which
     # leaves a quarter of the side for the stages: fewer FLOPs per sample (measured 97.5k vs 275.6k;
