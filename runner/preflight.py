@@ -18,14 +18,13 @@ from functools import cache
 
 from runner.errors import ConfigError
 
-# Packages whose classes and functions a config may name as a `_target_`: the project, MindSpore, MindCV,
-# Hydra's own launchers/sweepers/callbacks, installed Hydra plugins and the Optuna sweeper's samplers.
+# Packages whose classes and functions the job's config (what hydra.utils.instantiate builds) may name as
+# a `_target_`: the project, MindSpore and MindCV.
+JOB_PACKAGES = ("runner", "models", "datasets", "mindspore", "mindcv")
+# Those, and for the `hydra` node Hydra's own launchers/sweepers/callbacks, installed Hydra plugins and
+# the Optuna sweeper's samplers.
 ALLOWED_PACKAGES = (
-    "runner",
-    "models",
-    "datasets",
-    "mindspore",
-    "mindcv",
+    *JOB_PACKAGES,
     "hydra_plugins",
     "hydra._internal.core_plugins",
     "hydra.experimental.callbacks",

@@ -10,11 +10,10 @@ from datasets.errors import DataConfigError
 from datasets.settings import check_padding as check_padding_values
 from runner.context import check_cpu_isa
 from runner.errors import ConfigError
-from runner.preflight import target_allowed
+from runner.preflight import JOB_PACKAGES, target_allowed
 from runner.schema import AugmentConfig, Config, DataConfig, LossScaleConfig, ModelConfig, OptimConfig, PaddingConfig
 
-# hydra.utils.instantiate may build only the project's own classes, MindSpore's or MindCV's.
-ALLOWED_TARGET_PREFIXES = ("runner.", "models.", "datasets.", "mindspore.", "mindcv.")
+ALLOWED_TARGET_PREFIXES = tuple(f"{p}." for p in JOB_PACKAGES)
 
 
 def check_target(path: str, target) -> None:
