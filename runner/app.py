@@ -7,6 +7,7 @@ A runner app is a module with a `@hydra.main(config_path="conf", ...)` function 
 `python -m runner.<module>` runs the same `cli()`.
 """
 
+import os
 import signal
 import sys
 import textwrap
@@ -70,6 +71,11 @@ def entry_point(task, *checks):
             task()
         except KeyboardInterrupt:
             quiet_interrupt()
+        except BrokenPipeError:
+            # `msrun-train --help | head`: the reader is gone. As a SIGPIPE'd Unix tool: exit 141, quietly;
+            # stdout goes to /dev/null first, or the interpreter's final flush raises it again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
         except Exception:
             if _interrupted:
                 quiet_interrupt()

@@ -179,3 +179,16 @@ def test_ctrl_c_on_a_sweep(tmp_path):
     assert (tmp_path / "0" / "checkpoints" / "latest.json").exists()  # saved on the signal, not killed
     assert "interrupted" in (tmp_path / "summary.md").read_text()
     assert not (tmp_path / "1").exists()
+
+
+def test_help_into_a_closed_pipe_exits_quietly():
+    # `python -m runner --help | head -1`, made deterministic: the reader is gone before the first write.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "runner", "--help"], cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
