@@ -82,15 +82,16 @@ def find_compiler() -> str:
 
 
 def library() -> str:
-    """Path of the compiled operator library, built on first use (per source, MindSpore and compiler)."""
+    """The compiled operator library's path; built on first use, once per source, MindSpore and compiler."""
     from models.conv import cache_path
 
     compiler = find_compiler()
     dnnl = mindspore_onednn()
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), str(dnnl).encode(), str(dnnl.stat().st_size).encode(), " ".join(FLAGS).encode()):
+    headers = [h.read_bytes() for h in sorted(HEADERS.rglob("*")) if h.is_file()]
+    for part in (SOURCE.read_bytes(), *headers, str(dnnl).encode(), str(dnnl.stat().st_size).encode()):
         digest.update(part)
-    digest.update(compiler.encode())
+    digest.update(" ".join([compiler, *FLAGS]).encode())
     name = f"onednn-conv-{digest.hexdigest()[:16]}.so"
     for where in (cache_path().parent, Path(tempfile.gettempdir()) / f"mindspore-runner-{os.getuid()}"):
         try:
@@ -137,7 +138,11 @@ def _compile(compiler: str, dnnl: Path, out: Path) -> str:
         f"-Wl,-rpath,{dnnl.parent}",
         "-lpthread",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except BaseException:  # Ctrl-C or a compiler that cannot start: leave no half-built file behind
+        os.unlink(tmp)
+        raise
     if proc.returncode != 0:
         os.unlink(tmp)
         errors = [line for line in proc.stderr.splitlines() if "error" in line][:3] or proc.stderr.splitlines()[-3:]
