@@ -58,7 +58,7 @@ def cap_cpu_isa(device, conv: str = "native") -> dict:
         return {"value": os.environ[ISA_VAR], "set_by": "user"}
     cap = device.cpu_isa_cap
     if cap == "auto":
-        cap = "" if getattr(conv, "value", conv) == "onednn" else "AVX2"
+        cap = "" if conv == "onednn" else "AVX2"
     if device.target in ("gpu", "ascend") or not cap:
         return {"value": None, "set_by": None}
     os.environ[ISA_VAR] = cap

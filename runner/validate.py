@@ -346,7 +346,7 @@ def _optim_problems(cfg):
 
 def check_tools(cfg) -> None:
     """Raise ModelError when training this config needs a tool the machine lacks (onednn: a C++ compiler)."""
-    if getattr(cfg.model.conv, "value", cfg.model.conv) == "onednn" and cfg.device.target in ("cpu", "auto"):
+    if cfg.model.conv == "onednn" and cfg.device.target in ("cpu", "auto"):
         from models.onednn import find_compiler
 
         find_compiler()

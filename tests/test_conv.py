@@ -4,7 +4,6 @@ builds its library once, and a run says which path its convolutions took."""
 
 import json
 import os
-import shutil
 
 import mindspore as ms
 import numpy as np
@@ -14,14 +13,23 @@ from mindspore import Tensor, nn, ops
 
 from models import conv as C
 from models.errors import ModelError
+from models.onednn import find_compiler
 from models.resnet import resnet
 
 pytestmark = pytest.mark.cpu_only  # gemm and onednn exist on CPU only; elsewhere every choice is native
+
+
+def _has_compiler() -> bool:
+    try:
+        find_compiler()
+        return True
+    except ModelError:
+        return False
+
+
 # onednn compiles a C++ library on first use; without a compiler it refuses (tested below), so there is
 # nothing else to test.
-needs_compiler = pytest.mark.skipif(
-    not shutil.which(os.environ.get("CXX", "g++")), reason="model.conv=onednn needs a C++ compiler"
-)
+needs_compiler = pytest.mark.skipif(not _has_compiler(), reason="model.conv=onednn needs a C++ compiler")
 
 # (cin, cout, kernel, stride, padding, input side): every kind of convolution the ResNets build.
 SHAPES = [

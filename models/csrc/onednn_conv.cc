@@ -186,7 +186,9 @@ enum Pass { FWD = 0, BWD_DATA = 1, BWD_WEIGHTS = 2 };
 struct Conv {
   Md src, wei, dst;  // plain, as MindSpore holds them: NCHW activations, OIHW weights, their own dtypes
   Prim pass[3];
-  // Per pass, the primitive's own formats of its two inputs and one output, and the reorders.
+  // Per pass, the plain descriptors of its two inputs and one output, the primitive's own formats of
+  // them, and the reorders between the two.
+  dnnl_memory_desc_t in_plain[3][2], out_plain[3];
   const_dnnl_memory_desc_t in_md[3][2], out_md[3];
   Reorder in_r[3][2], out_r[3];
 };
@@ -241,15 +243,17 @@ Conv *get(const Key &key) {
   const dnnl_query_t in_q[3][2] = {{dnnl_query_src_md, dnnl_query_weights_md},
                                    {dnnl_query_diff_dst_md, dnnl_query_weights_md},
                                    {dnnl_query_src_md, dnnl_query_diff_dst_md}};
-  const dnnl_memory_desc_t in_plain[3][2] = {{cv->src.md, cv->wei.md}, {cv->dst.md, cv->wei.md}, {cv->src.md, cv->dst.md}};
   const dnnl_query_t out_q[3] = {dnnl_query_dst_md, dnnl_query_diff_src_md, dnnl_query_diff_weights_md};
-  const dnnl_memory_desc_t out_plain[3] = {cv->dst.md, cv->src.md, cv->wei.md};
+  dnnl_memory_desc_t src = cv->src.md, wei = cv->wei.md, dst = cv->dst.md;
+  const dnnl_memory_desc_t in_plain[3][2] = {{src, wei}, {dst, wei}, {src, dst}}, out_plain[3] = {dst, src, wei};
   for (int i = 0; i < 3; ++i) {
     check(dnnl_primitive_create(&cv->pass[i].prim, cv->pass[i].pd), "dnnl_primitive_create (convolution)");
     for (int j = 0; j < 2; ++j) {
+      cv->in_plain[i][j] = in_plain[i][j];
       cv->in_md[i][j] = dnnl_primitive_desc_query_md(cv->pass[i].pd, in_q[i][j], 0);
       make_reorder(cv->in_r[i][j], in_plain[i][j], cv->in_md[i][j], eng);
     }
+    cv->out_plain[i] = out_plain[i];
     cv->out_md[i] = dnnl_primitive_desc_query_md(cv->pass[i].pd, out_q[i], 0);
     make_reorder(cv->out_r[i], cv->out_md[i], out_plain[i], eng);
   }
@@ -281,22 +285,20 @@ void run(Conv *cv, int i, void *a, void *b, void *out) {
                                    {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS},
                                    {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST}};
   static const int out_arg[3] = {DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS};
-  const dnnl_memory_desc_t in_plain[3][2] = {{cv->src.md, cv->wei.md}, {cv->dst.md, cv->wei.md}, {cv->src.md, cv->dst.md}};
-  const dnnl_memory_desc_t out_plain[3] = {cv->dst.md, cv->src.md, cv->wei.md};
   Runtime &rt = runtime();
   std::lock_guard<std::mutex> g(rt.exec_m);
   void *plain_in[2] = {a, b};
   std::unique_ptr<Mem> user_in[2], own_in[2];
   dnnl_exec_arg_t args[4];
   for (int j = 0; j < 2; ++j) {
-    user_in[j] = std::make_unique<Mem>(in_plain[i][j], plain_in[j]);
+    user_in[j] = std::make_unique<Mem>(cv->in_plain[i][j], plain_in[j]);
     if (cv->in_r[i][j].prim) {
       own_in[j] = std::make_unique<Mem>(cv->in_md[i][j], nullptr);
       reorder(cv->in_r[i][j], user_in[j]->m, own_in[j]->m);
     }
     args[j] = {in_arg[i][j], (own_in[j] ? own_in[j] : user_in[j])->m};
   }
-  Mem user_out(out_plain[i], out);
+  Mem user_out(cv->out_plain[i], out);
   std::unique_ptr<Mem> own_out;
   if (cv->out_r[i].prim) own_out = std::make_unique<Mem>(cv->out_md[i], nullptr);
   args[2] = {out_arg[i], own_out ? own_out->m : user_out.m};
