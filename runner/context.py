@@ -37,7 +37,7 @@ def check_cpu_isa(device) -> None:
         (f"the environment variable {ISA_VAR}", os.environ.get(ISA_VAR)),
         ("device.cpu_isa_cap", device.cpu_isa_cap),
     ):
-        if value and value.upper() not in CPU_ISAS and not (where == "device.cpu_isa_cap" and value == "auto"):
+        if value and value.upper() not in CPU_ISAS and not (where == "device.cpu_isa_cap" and value.lower() == "auto"):
             raise ConfigError(
                 f"{where}={value!r} is not a CPU ISA name oneDNN knows (it would ignore it and may pick kernels "
                 f"~30x slower). Use one of: {', '.join(CPU_ISAS)} (any case)."
@@ -57,7 +57,7 @@ def cap_cpu_isa(device, conv: str = "native") -> dict:
     if ISA_VAR in os.environ:
         return {"value": os.environ[ISA_VAR], "set_by": "user"}
     cap = device.cpu_isa_cap
-    if cap == "auto":
+    if cap.lower() == "auto":
         cap = "" if conv == "onednn" else "AVX2"
     if device.target in ("gpu", "ascend") or not cap:
         return {"value": None, "set_by": None}
