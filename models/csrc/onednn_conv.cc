@@ -153,8 +153,7 @@ struct Md {
   }
 };
 
-// One primitive with the reorders around it: for each argument, the plain layout MindSpore's tensors
-// have and the one the primitive chose; a reorder where they differ.
+// One primitive and its descriptor (the reorders around it are in Conv).
 struct Prim {
   dnnl_primitive_desc_t pd = nullptr;
   dnnl_primitive_t prim = nullptr;
@@ -201,7 +200,7 @@ std::mutex cache_m;
 std::map<Key, std::unique_ptr<Conv>> cache;
 
 dnnl_primitive_attr_t user_scratchpad() {
-  // Scratchpad memory passed at each call, so that one primitive may run in two threads at once.
+  // Scratchpad memory passed at each call (run allocates it) rather than held by oneDNN between calls.
   dnnl_primitive_attr_t attr;
   check(dnnl_primitive_attr_create(&attr), "dnnl_primitive_attr_create");
   check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
