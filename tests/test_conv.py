@@ -127,6 +127,12 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"\x7fELF truncated")
     assert onednn.library() == str(broken) and onednn._loads(broken)
+    # A cache directory others may write to is not trusted with a library this process will load.
+    shared = tmp_path / "shared"
+    (shared / "mindspore-runner").mkdir(parents=True)
+    (shared / "mindspore-runner").chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
+    assert not onednn.library().startswith(str(shared)) and not list((shared / "mindspore-runner").iterdir())
     # No compiler: one sentence naming the way out, not a compiler traceback.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
