@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 from mindspore import Model, nn  # noqa: E402
 from mindspore.train import Callback  # noqa: E402
 
-from models.resnet import resnet  # noqa: E402
+from runner.models.resnet import resnet  # noqa: E402
 
 
 class StepTimes(Callback):

@@ -3,7 +3,7 @@
 ImageNet-style ResNet-18 (models/resnet.py: style=imagenet depth=18 width=64), 3x64x64 inputs, batch 64,
 SGD momentum 0.9 (lr 0.1), FP32, training steps on fixed random tensors (no data pipeline: the runner's
 pipeline overhead is measured by bench/overhead.py). MindSpore runs with ONEDNN_MAX_CPU_ISA=AVX2, as the
-runner sets on CPU, except under model.conv=onednn, where the runner sets no cap (runner/context.py).
+runner sets on CPU, except under model.conv=onednn, where the runner sets no cap (runner/training/environment.py).
 Each measurement is a fresh process; variants alternate within each repetition so that load from other
 jobs on the machine hits all of them alike. Prints each repetition's img/s, the median ratio to PyTorch,
 and a per-layer table: every distinct convolution shape of the network timed
@@ -43,7 +43,7 @@ LAYERS = [
 
 # ---------------------------------------------------------------- MindSpore side
 def ms_setup(threads: int, conv: str = "native"):
-    if conv != "onednn":  # what the runner does on CPU (runner/context.py cap_cpu_isa)
+    if conv != "onednn":  # what the runner does on CPU (runner/training/environment.py cap_cpu_isa)
         os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
     sys.path.insert(0, REPO)
     import mindspore as ms
@@ -69,8 +69,8 @@ def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
     import numpy as np
     from mindspore import Tensor, nn
 
-    from models.conv import Conv2d
-    from models.resnet import resnet
+    from runner.models.conv import Conv2d
+    from runner.models.resnet import resnet
 
     ms.set_seed(0)
     t = time.perf_counter()
@@ -97,7 +97,7 @@ def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
 
 def ms_layers(path: str, repeats: int, threads: int) -> dict:
     ms_setup(threads, path)
-    from models import conv as C
+    from runner.models import conv as C
 
     C.BENCH_BATCH = BATCH
     out = {}

@@ -4,8 +4,8 @@ Importing the package is cheap: MindSpore loads only when a pipeline is built, s
 the oneDNN environment first (docs/mindspore-notes.md#cpu-isa).
 """
 
-from datasets.errors import DataConfigError, DataError
-from datasets.settings import AugmentConfig, DataConfig, PaddingConfig
+from runner.datasets.errors import DataConfigError, DataError
+from runner.datasets.settings import AugmentConfig, DataConfig, PaddingConfig
 
 __all__ = [
     "build_data",
@@ -21,7 +21,7 @@ __all__ = [
 
 def __getattr__(name):
     if name in ("build_data", "build_inputs", "Data"):
-        from datasets import pipeline
+        from runner.datasets import pipeline
 
         return getattr(pipeline, name)
     raise AttributeError(f"module 'datasets' has no attribute {name!r}")

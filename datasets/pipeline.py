@@ -8,11 +8,11 @@ import mindspore.dataset as ds
 import mindspore.dataset.vision as V
 import numpy as np
 
-from datasets import augment as A
-from datasets import padding as P
-from datasets.errors import DataConfigError, DataError
-from datasets.settings import check_padding
-from datasets.sources import SOURCES
+from runner.datasets import augment as A
+from runner.datasets import padding as P
+from runner.datasets.errors import DataConfigError, DataError
+from runner.datasets.settings import check_padding
+from runner.datasets.sources import SOURCES
 
 log = logging.getLogger(__name__)
 

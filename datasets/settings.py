@@ -9,7 +9,7 @@ from typing import List, Optional
 
 from omegaconf import MISSING
 
-from datasets.errors import DataConfigError
+from runner.datasets.errors import DataConfigError
 
 
 class Choice(str, Enum):

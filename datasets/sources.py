@@ -14,7 +14,7 @@ import mindspore.dataset.vision as V
 import numpy as np
 from mindspore import dtype as mstype
 
-from datasets.errors import DataError
+from runner.datasets.errors import DataError
 
 # Passed to ImageFolderDataset too, so the files it decodes are exactly the files measured here.
 IMAGE_EXTENSIONS = [e for ext in (".png", ".jpg", ".jpeg", ".bmp") for e in (ext, ext.upper())]

@@ -1,9 +1,9 @@
 """build_model: the network the `model` settings name, sized for the data."""
 
-from models.conv import PATHS
-from models.errors import ModelError
-from models.resnet import resnet
-from models.zoo import mindcv_model
+from runner.models.conv import PATHS
+from runner.models.errors import ModelError
+from runner.models.resnet import resnet
+from runner.models.zoo import mindcv_model
 
 
 def build_model(cfg, num_classes: int, in_channels: int, image_size: int):

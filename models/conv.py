@@ -72,7 +72,7 @@ class Conv2d(nn.Conv2d):
         self.matmul_bt = ops.MatMul(transpose_b=True)
         self.use_onednn = path == "onednn"
         if self.use_onednn:
-            from models import onednn
+            from runner.models import onednn
 
             self.onednn = onednn.forward_op(kernel_size, stride, padding)
             # Constants of the graph, not Parameters: absent from checkpoints.
@@ -239,7 +239,7 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
     if ms.get_context("device_target") != "CPU":
         return "native"
     if path == "onednn":
-        from models.onednn import library
+        from runner.models.onednn import library
 
         library()  # compiled (or found) now: a missing compiler fails the build, not the first step
         return "onednn"

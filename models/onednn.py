@@ -9,7 +9,7 @@ compiles it once per machine with the system C++ compiler (about 2 s), caches th
 `model.conv=auto`'s timings, and builds the forward operator with its backward attached.
 
 Those kernels need AVX-512 to be allowed: the runner's AVX2 cap (which MindSpore's own Conv2D needs)
-is not applied when the convolutions run here (runner/context.py).
+is not applied when the convolutions run here (runner/training/environment.py).
 """
 
 import ctypes
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import ModelError
+from runner.models.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def find_compiler() -> str:
 
 def library() -> str:
     """The compiled operator library's path; built on first use, once per source, MindSpore and compiler."""
-    from models.conv import cache_path
+    from runner.models.conv import cache_path
 
     compiler = find_compiler()
     dnnl = mindspore_onednn()
@@ -163,7 +163,7 @@ def forward_op(kernel_size: int, stride: int, padding: int):
     """
     from mindspore import ops
 
-    from models.conv import conv_output_size
+    from runner.models.conv import conv_output_size
 
     so = library()
 

@@ -2,7 +2,7 @@
 
 from mindspore import nn, ops
 
-from models.conv import conv, conv_output_size
+from runner.models.conv import conv, conv_output_size
 
 CIFAR_DEPTHS = {8: 1, 20: 3, 56: 9}  # depth -> basic blocks per stage (depth = 6n + 2)
 IMAGENET_DEPTHS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from models.errors import ModelError
+from runner.models.errors import ModelError
 
 log = logging.getLogger("runner")
 

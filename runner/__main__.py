@@ -1,5 +1,5 @@
-"""`msrun-train [overrides]` or `python -m runner [overrides]`: Hydra composes runner/conf/ into the
-typed config and hands it to run(). runner/app.py checks what Hydra would act on before it starts."""
+"""`msrun-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
+typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
 import logging
 import math
@@ -11,17 +11,17 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from runner.app import entry_point, interrupted, print_user_error, quiet_interrupt
+from runner.cli.app import entry_point, interrupted, print_user_error, quiet_interrupt
+from runner.config.checks import check_tools, validate
+from runner.config.schema import register
 from runner.errors import user_errors
-from runner.files import write_json
-from runner.lock import check_free
-from runner.schema import register
-from runner.validate import check_tools, validate
+from runner.rundir.atomic import write_json
+from runner.rundir.lock import check_free
 
 register()
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="config")
 def main(cfg) -> float:
     # A log line that cannot be written (disk full) must not print a traceback of its own: the
     # failure that matters is reported as one paragraph below.
@@ -32,7 +32,7 @@ def main(cfg) -> float:
         if cfg.dry_run:
             print("Configuration is valid (dry_run=true: nothing was trained).")
             return None
-        from runner.run import run  # MindSpore loads only after the config composed cleanly
+        from runner.training.recipe import run  # MindSpore loads only after the config composed cleanly
 
         metrics = run(cfg)
         return metrics.val_accuracy if metrics is not None else None
@@ -45,7 +45,7 @@ def main(cfg) -> float:
                 raise
             print_user_error(e)
             sys.exit(2)
-        # In a sweep a failed job is recorded for the summary (runner/sweep.py) and the others go on.
+        # In a sweep a failed job is recorded for the summary (runner/report/sweep.py) and the others go on.
         if mine:
             print_user_error(e)
         else:

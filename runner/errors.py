@@ -19,8 +19,8 @@ class DataError(UserError):
 
 def user_errors() -> tuple:
     """Every error type whose message is meant for the user: the runner's and the lower layers' own."""
-    from datasets.errors import DataError as LayerDataError
-    from models.errors import ModelError
+    from runner.datasets.errors import DataError as LayerDataError
+    from runner.models.errors import ModelError
 
     return (UserError, LayerDataError, ModelError)
 

@@ -16,9 +16,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, OmegaConf
 
-from runner.app import entry_point
+from runner.cli.app import entry_point
 from runner.errors import ConfigError
-from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
+from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -120,8 +120,8 @@ def confusion_plot(confusion: dict, path: str, title: str) -> str:
 def evaluate(app) -> dict:
     """Evaluate a checkpoint of app.run on its validation data; write and return the metrics."""
     from runner import lifecycle
-    from runner.files import write_json
     from runner.report.outputs import versions
+    from runner.rundir.atomic import write_json
 
     out_dir = HydraConfig.get().runtime.output_dir
     if app.batch_size is not None and app.batch_size < 1:
@@ -167,7 +167,7 @@ def evaluate(app) -> dict:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="evaluate")
 def main(app) -> float:
     with reported_errors():
         return evaluate(app)["top1"]

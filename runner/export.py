@@ -18,10 +18,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
-from datasets.settings import Choice
-from runner.app import entry_point
+from runner.cli.app import entry_point
+from runner.datasets.settings import Choice
 from runner.errors import ConfigError, UserError
-from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
+from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -179,8 +179,8 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
 def export(app) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
     from runner import lifecycle
-    from runner.files import write_json
     from runner.report.outputs import versions
+    from runner.rundir.atomic import write_json
 
     fmt = str(app.format)
     check_installed(fmt)  # before anything heavy
@@ -267,7 +267,7 @@ def _format_versions(fmt: str) -> dict:
     return {p: metadata.version(p) for _, p in NEEDS[fmt]}
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="export")
+@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="export")
 def main(app) -> None:
     with reported_errors():
         export(app)

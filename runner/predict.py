@@ -16,9 +16,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
-from runner.app import entry_point
+from runner.cli.app import entry_point
 from runner.errors import ConfigError, DataError
-from runner.lifecycle import DataOverrides, check_run_argument, reported_errors
+from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -40,7 +40,7 @@ ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
 
 def find_images(path: str) -> list:
     """The image files `input=` names: the file itself, or every image file below a folder, sorted."""
-    from datasets.sources import IMAGE_EXTENSIONS
+    from runner.datasets.sources import IMAGE_EXTENSIONS
 
     if os.path.isfile(path):
         return [path]
@@ -93,7 +93,7 @@ def predict(app) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from runner import lifecycle
-    from runner.files import write_json
+    from runner.rundir.atomic import write_json
 
     out_dir = HydraConfig.get().runtime.output_dir
     if app.topk < 1:
@@ -101,7 +101,7 @@ def predict(app) -> dict:
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
     cfg = lifecycle.load_config(app.run, app.data)
-    lifecycle.before_mindspore(cfg)  # the image extensions come from datasets.sources, which loads MindSpore
+    lifecycle.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
     paths = find_images(app.input)  # before anything heavy: a wrong input= fails at once
     batch_size = app.batch_size or cfg.batch_size
     console = Console(stderr=True)
@@ -122,7 +122,7 @@ def predict(app) -> dict:
     names = lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))
     k = min(app.topk, len(names))
 
-    from datasets import build_inputs
+    from runner.datasets import build_inputs
 
     inputs = build_inputs(cfg.data, cfg.padding, good, sizes, batch_size)
     top_idx = np.zeros((len(good), k), dtype=np.int64)
@@ -180,7 +180,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
         print(f"... {len(paths) - app.show} more in predictions.csv")
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="predict")
+@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
 def main(app) -> None:
     with reported_errors():
         predict(app)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from runner.schema import register
+from runner.config.schema import register
 
 register()
 
@@ -86,13 +86,13 @@ def tiny_run(tmp_path_factory):
 
 def compose_cfg(*overrides):
     """The composed, typed config `python -m runner <overrides>` would run (no validation)."""
-    with initialize_config_dir(config_dir=str(REPO / "runner" / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 
 def build(*overrides):
     """datasets.build_data on the composed config, as the runner calls it."""
-    from datasets import build_data
+    from runner.datasets import build_data
 
     cfg = compose_cfg(*overrides)
     return build_data(cfg.data, cfg.padding, cfg.batch_size, cfg.seed)

@@ -24,9 +24,9 @@ def _loss_and_bad_grads(mode, level, keep, only_to_float=False):
     import mindspore as ms
     from mindspore import nn
 
-    from models.resnet import resnet
     from runner.amp import loss_fn, wrap_amp
     from runner.amp.train_step import FP32Logits, ScaledTrainStep
+    from runner.models.resnet import resnet
 
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE, device_target="CPU")
     ms.set_seed(0)
@@ -77,9 +77,9 @@ def test_keep_fp32_keeps_the_island_and_its_inputs_fp32(level):
 
 
 def test_keep_fp32_patterns_and_typos():
-    from models.resnet import resnet
     from runner.amp.fp32_islands import match_cells
     from runner.errors import ConfigError
+    from runner.models.resnet import resnet
 
     net = resnet("cifar", 8, 4, 10, 1, 8)
     assert [n for n, _ in match_cells(net, ["stem"])] == ["stem"]  # descendants are covered by it
@@ -153,11 +153,11 @@ def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
     import mindspore.dataset as ds
     from mindspore import Model, nn
 
-    from models.resnet import resnet
     from runner.amp import loss_fn
     from runner.amp.diagnose import GradStats
     from runner.amp.guard import LossScaleTrace, NanGuard, NonFiniteTrainingError, postmortem
     from runner.amp.train_step import FP32Logits, ScaledTrainStep
+    from runner.models.resnet import resnet
 
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
     net = resnet("cifar", 8, 4, 10, 1, 8)

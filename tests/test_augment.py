@@ -8,8 +8,8 @@ import pytest
 from conftest import TINY, compose_cfg, metrics, run_cli
 from omegaconf import OmegaConf
 
+from runner.config.checks import validate
 from runner.errors import ConfigError
-from runner.validate import validate
 
 POLICIES = ["none", "basic", "randaugment", "autoaugment", "trivialaugment"]
 # Every random draw of the pipeline at once: image policy, crop, erasing, and batch mixing.
@@ -155,7 +155,7 @@ def test_refusal_is_one_paragraph_on_the_cli(tmp_path):
 
 
 def test_mixed_labels_need_room_for_every_class():
-    from datasets import DataError, build_data
+    from runner.datasets import DataError, build_data
 
     cfg = compose_cfg("augment.mixup.alpha=1.0", "padding.height=8", "padding.width=8")
     with pytest.raises(DataError, match="10 classes but the network 8 outputs"):
@@ -163,7 +163,7 @@ def test_mixed_labels_need_room_for_every_class():
 
 
 def test_training_batches_carry_mixed_labels_and_validation_hard_ones():
-    from datasets import build_data
+    from runner.datasets import build_data
 
     cfg = compose_cfg("augment.mixup.alpha=1.0", "padding.height=8", "padding.width=8")
     data = build_data(cfg.data, cfg.padding, 32, 0, augment=cfg.augment)
@@ -198,7 +198,7 @@ def _through_pipeline(image, ops, n):
     ],
 )
 def test_each_image_op_changes_images_and_keeps_their_shape(channels, changes):
-    from datasets.augment import sample_ops
+    from runner.datasets.augment import sample_ops
 
     ops = sample_ops(_settings(**changes), channels, 16, 16, mirrorable=True)
     image = np.random.RandomState(0).randint(0, 256, (16, 16, channels)).astype(np.uint8)
@@ -213,7 +213,7 @@ def test_each_image_op_changes_images_and_keeps_their_shape(channels, changes):
 def test_gray_images_round_trip_through_the_rgb_only_policies(name):
     import mindspore.dataset.vision as V
 
-    from datasets.augment import _policy_op
+    from runner.datasets.augment import _policy_op
 
     policy = _policy_op(_settings(name=name))
     image = np.random.RandomState(1).randint(0, 256, (16, 16, 1)).astype(np.uint8)
@@ -228,7 +228,7 @@ def test_gray_images_round_trip_through_the_rgb_only_policies(name):
 
 
 def test_random_erasing_follows_its_seed():
-    from datasets.augment import RandomErasing
+    from runner.datasets.augment import RandomErasing
 
     image = np.ones((1, 16, 16), np.float32)
     first, second = RandomErasing(0.5, seed=3), RandomErasing(0.5, seed=3)
@@ -264,7 +264,7 @@ def test_label_smoothing_and_soft_labels_keep_the_loss_finite_and_exact():
 
 
 def test_per_class_accuracy_counts_each_class():
-    from runner.eval_metrics import PerClassAccuracy
+    from runner.report.accuracy import PerClassAccuracy
 
     metric = PerClassAccuracy(4)
     logits = np.eye(4, dtype=np.float32)[[0, 1, 1, 3, 0]]

@@ -7,14 +7,12 @@ import pytest
 from conftest import REPO, compose_cfg
 from omegaconf import OmegaConf
 
-from runner.validate import validate
+from runner.config.checks import validate
 
 GROUPS = sorted(
-    p.name
-    for p in (REPO / "runner" / "conf").iterdir()
-    if p.is_dir() and p.name not in ("experiment", "hydra", "__pycache__")
+    p.name for p in (REPO / "conf").iterdir() if p.is_dir() and p.name not in ("experiment", "hydra", "__pycache__")
 )
-OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((REPO / "runner" / "conf" / g).glob("*.yaml"))]
+OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((REPO / "conf" / g).glob("*.yaml"))]
 ADDED = {"ladder"}  # groups outside the defaults list: composed with `+group=option`
 
 
@@ -28,7 +26,7 @@ def test_every_option_composes(group, option):
 
 
 def test_every_experiment_composes():
-    for f in sorted((REPO / "runner" / "conf" / "experiment").glob("*.yaml")):
+    for f in sorted((REPO / "conf" / "experiment").glob("*.yaml")):
         cfg = compose_cfg(*[f"+experiment={f.stem}"])
         assert cfg.experiment_name == f.stem
         validate(cfg)

@@ -11,10 +11,10 @@ import pytest
 from conftest import metrics, outputs_of, run_cli, run_module
 from mindspore import Tensor, nn, ops
 
-from models import conv as C
-from models.errors import ModelError
-from models.onednn import find_compiler
-from models.resnet import resnet
+from runner.models import conv as C
+from runner.models.errors import ModelError
+from runner.models.onednn import find_compiler
+from runner.models.resnet import resnet
 
 pytestmark = pytest.mark.cpu_only  # gemm and onednn exist on CPU only; elsewhere every choice is native
 
@@ -113,7 +113,7 @@ def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
 
 @needs_compiler
 def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monkeypatch):
-    from models import onednn
+    from runner.models import onednn
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = onednn.library()
@@ -271,7 +271,7 @@ def test_each_choice_trains_and_says_which_path_ran(tmp_path, tiny, choice):
 def test_the_cpu_isa_cap_follows_the_convolution_path(monkeypatch):
     from conftest import compose_cfg
 
-    from runner.context import ISA_VAR, cap_cpu_isa
+    from runner.training.environment import ISA_VAR, cap_cpu_isa
 
     def cap(*overrides):
         monkeypatch.delenv(ISA_VAR, raising=False)
@@ -290,7 +290,7 @@ def test_the_cpu_isa_cap_follows_the_convolution_path(monkeypatch):
 def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
     from conftest import compose_cfg
 
-    from models.build import build_model
+    from runner.models.build import build_model
 
     cfg = compose_cfg("model=mindcv", "model.conv=onednn")
     with pytest.raises(ModelError, match="model.conv=onednn applies to the runner's own ResNets"):

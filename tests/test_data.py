@@ -5,7 +5,7 @@ import pytest
 from conftest import batches, build
 from imagegen import fake_cifar10, solid_folder
 
-from datasets import DataError
+from runner.datasets import DataError
 
 # Identity normalization: pipeline outputs are pixel / 255, easy to compare with what was written.
 RAW3 = ["data.mean=[0,0,0]", "data.std=[1,1,1]"]

@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.config.checks import validate
 from runner.errors import ConfigError
-from runner.validate import validate
 
 
 def cli(*args, timeout=120):
@@ -93,7 +93,7 @@ POOL = {
 def test_fuzz_random_override_sets():
     rng = random.Random(0)
     outcomes = {"ok": 0, "error": 0}
-    with initialize_config_dir(config_dir=str(REPO / "runner" / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for _ in range(150):
             keys = rng.sample(sorted(POOL), rng.randint(1, 5))
             overrides = [f"{k}={rng.choice(POOL[k])}" for k in keys]

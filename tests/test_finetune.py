@@ -81,9 +81,9 @@ def test_a_missing_source_is_refused(tmp_path, value, culprit):
 def test_freeze_patterns_are_checked():
     from conftest import compose_cfg
 
-    from models import build_model
     from runner.errors import ConfigError
-    from runner.finetune import freeze
+    from runner.models import build_model
+    from runner.training.finetune import freeze
 
     cfg = compose_cfg(*TINY)
     net = build_model(cfg.model, 10, 1, 8)

@@ -85,7 +85,7 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
     evaluated = run([str(bin_dir / "msrun-evaluate"), f"run={work}/one"], work).stdout
     assert "top1" in evaluated  # the other commands' console scripts, from the wheel's runner/conf too
     if shutil.which("g++"):  # model.conv=onednn compiles from the wheel's own copy of its source and headers
-        build = "from models import onednn; print(onednn.SOURCE); print(onednn.library())"
+        build = "from runner.models import onednn; print(onednn.SOURCE); print(onednn.library())"
         env = {**clean_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")}
         source, lib = run([str(bin_dir / "python"), "-c", build], work, env=env).stdout.split()[-2:]
         assert str(tmp_path / "venv") in source and lib.startswith(str(tmp_path / "cache"))

@@ -22,8 +22,8 @@ def test_lower_layers_import_nothing_from_the_runner():
 def test_a_notebook_builds_data_and_a_model_without_the_runner():
     code = (
         "import sys\n"
-        "from datasets import DataConfig, PaddingConfig, DataError, build_data\n"
-        "from models import ModelConfig, ModelError, build_model\n"
+        "from runner.datasets import DataConfig, PaddingConfig, DataError, build_data\n"
+        "from runner.models import ModelConfig, ModelError, build_model\n"
         "from omegaconf import OmegaConf\n"
         "data = build_data(OmegaConf.structured(DataConfig(name='digits')),\n"
         "                  OmegaConf.structured(PaddingConfig(name='fixed', height=8, width=8)), 32, 0)\n"

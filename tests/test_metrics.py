@@ -7,7 +7,7 @@ from conftest import metrics, run_cli
 
 from runner.report import advice
 from runner.report.metrics import RunMetrics
-from runner.sweep import JobRow
+from runner.report.sweep import JobRow
 
 
 def test_flops_are_counted_from_layer_shapes():

@@ -9,8 +9,8 @@ import time
 import pytest
 from conftest import REPO, TINY, compose_cfg, metrics, run_cli
 
-from runner.optim import build_optimizer, build_schedule, schedule_rates
-from runner.validate import validate
+from runner.config.checks import validate
+from runner.training.optim import build_optimizer, build_schedule, schedule_rates
 
 
 def rates(*overrides, per_epoch=10, total=100):

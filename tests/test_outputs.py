@@ -26,11 +26,11 @@ def test_checkpoint_round_trip(tmp_path, tiny, amp):
     import mindspore as ms
     from mindspore import Model, nn
 
-    from datasets import build_data
-    from models import build_model
     from runner.amp import loss_fn
     from runner.amp.train_step import FP32Logits
-    from runner.schema import Config
+    from runner.config.schema import Config
+    from runner.datasets import build_data
+    from runner.models import build_model
 
     run_cli(tmp_path, f"amp={amp}", *tiny)
     m = metrics(tmp_path)

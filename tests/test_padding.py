@@ -80,14 +80,14 @@ def test_none_batches_only_same_size_samples_and_drops_nothing(tmp_path):
     ],
 )
 def test_padding_mistakes_raise_config_error(overrides, message):
-    from runner.validate import validate  # before MindSpore: dry_run=true catches these too
+    from runner.config.checks import validate  # before MindSpore: dry_run=true catches these too
 
     with pytest.raises(ConfigError, match=message):
         validate(compose_cfg(*overrides))
 
 
 def test_bucket_and_none_refuse_data_parallel_shards():
-    from datasets import DataConfigError, build_data
+    from runner.datasets import DataConfigError, build_data
 
     cfg = compose_cfg("padding=bucket")
     with pytest.raises(DataConfigError, match="data parallel"):

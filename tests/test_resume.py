@@ -77,8 +77,8 @@ def test_signal_saves_and_resume_matches_uninterrupted(tmp_path):
 def test_rotation_keeps_last_n_and_best(tmp_path):
     from mindspore import nn
 
-    from runner.checkpoints import Checkpointer
-    from runner.validation import Score
+    from runner.training.checkpoints import Checkpointer
+    from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
     score = Score("train_loss", lambda: None)
@@ -101,8 +101,8 @@ def test_resume_from_nothing_is_a_user_error(tmp_path):
 def test_keep_best_off_keeps_only_the_last(tmp_path):
     from mindspore import nn
 
-    from runner.checkpoints import Checkpointer
-    from runner.validation import Score
+    from runner.training.checkpoints import Checkpointer
+    from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, on_signal=True)
     score = Score("train_loss", lambda: None)

@@ -109,15 +109,15 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
         # An attribute path through an allowed module reaches a foreign function.
         (
             [
-                "+hydra.callbacks.x._target_=runner.distributed.shutil.copyfile",
+                "+hydra.callbacks.x._target_=runner.training.distributed.shutil.copyfile",
                 "+hydra.callbacks.x.src=/etc/hostname",
                 "+hydra.callbacks.x.dst={marker}",
             ],
-            "hydra.callbacks.x._target_='runner.distributed.shutil.copyfile'",
+            "hydra.callbacks.x._target_='runner.training.distributed.shutil.copyfile'",
         ),
         # The foreign value hides in the second value of a sweep.
         (
-            ["-m", "+hydra.callbacks.x._target_=runner.sweep.SweepSummary,shutil.copyfile"],
+            ["-m", "+hydra.callbacks.x._target_=runner.report.sweep.SweepSummary,shutil.copyfile"],
             "hydra.callbacks.x._target_='shutil.copyfile'",
         ),
         (["hydra/launcher=basic", "hydra.launcher._target_=shutil.copyfile"], "hydra.launcher._target_"),
@@ -151,7 +151,7 @@ def test_sweep_params_in_an_experiment_file(tmp_path, marker):
     (tmp_path / "extra" / "experiment").mkdir(parents=True)
     (tmp_path / "extra" / "experiment" / "grid.yaml").write_text(
         "# @package _global_\nhydra:\n  sweeper:\n    params:\n"
-        "      +hydra.callbacks.x._target_: runner.sweep.SweepSummary,logging.FileHandler\n"
+        "      +hydra.callbacks.x._target_: runner.report.sweep.SweepSummary,logging.FileHandler\n"
         f"      +hydra.callbacks.x.filename: {marker}\n"
         "      +hydra.callbacks.x.mode: w\n"
     )

@@ -178,7 +178,7 @@ def test_accumulate_steps_is_refused_where_data_sinks():
     # On CPU sink=on never sinks (the run falls back and says so), so the refusal is checked at the
     # decision itself: run.py calls it with sink = sink=on and a device that sinks.
     from runner.errors import ConfigError
-    from runner.run import check_accumulate
+    from runner.training.recipe import check_accumulate
 
     cfg = compose_cfg("sink=on", "optim.accumulate_steps=2")
     with pytest.raises(ConfigError, match="optim.accumulate_steps=2 cannot run with sink=on"):

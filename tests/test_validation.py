@@ -116,7 +116,7 @@ def test_conflicting_watch_settings_are_refused(tmp_path, overrides, culprit):
 
 
 def test_validation_epochs_follow_data_epochs_under_a_sink_size():
-    from runner.validation import validation_epochs
+    from runner.training.validation import validation_epochs
 
     # 10 steps per data epoch; Model epochs of 10 steps (no sink size): every 2 epochs, and the last.
     assert validation_epochs(2, 5, 10, 10, 5) == [2, 4, 5]
@@ -126,7 +126,7 @@ def test_validation_epochs_follow_data_epochs_under_a_sink_size():
 
 
 def test_score_direction_and_nan():
-    from runner.validation import Score
+    from runner.training.validation import Score
 
     acc, loss = Score("val_accuracy", lambda: None), Score("val_loss", lambda: None)
     assert acc.better(0.5, 0.4) and not acc.better(0.41, 0.4, min_delta=0.02) and acc.better(0.0, None)
@@ -136,8 +136,8 @@ def test_score_direction_and_nan():
 def test_resumed_best_of_another_monitor_starts_afresh(tmp_path):
     from types import SimpleNamespace
 
-    from runner.checkpoints import Checkpointer
-    from runner.validation import Score
+    from runner.training.checkpoints import Checkpointer
+    from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
     old = {"global_step": 20, "best": {"file": "step_00000020.ckpt", "loss": 0.5, "global_step": 20}}

@@ -30,7 +30,7 @@ def test_pretrained_checkpoint_adapts_head_and_input_channels(tmp_path):
     import mindcv
     import mindspore as ms
 
-    from models import ModelError, build_model
+    from runner.models import ModelError, build_model
 
     rgb = mindcv.create_model("shufflenet_v2_x0_5", num_classes=5, in_channels=3)
     ms.save_checkpoint(rgb, str(tmp_path / "rgb.ckpt"))
@@ -56,7 +56,7 @@ def test_pretrained_checkpoint_adapts_head_and_input_channels(tmp_path):
 def test_resnet_stem_is_explicit():
     from mindspore import nn
 
-    from models.resnet import resnet
+    from runner.models.resnet import resnet
 
     def pools(**kw):
         return sum(isinstance(c, nn.MaxPool2d) for _, c in resnet("imagenet", 18, 4, 10, 1, **kw).cells_and_names())

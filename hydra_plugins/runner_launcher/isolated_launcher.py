@@ -6,7 +6,7 @@ the process's peak RSS, so their measurements would depend on their order. Hydra
 runs jobs in the sweep's own process; the joblib launcher does too with n_jobs=1, and with
 n_jobs>1 it reuses its loky workers and runs jobs side by side (measured: same worker pid for
 every job). This launcher composes each job as the basic launcher does, then runs Hydra's own
-`run_job` in a child (`runner/job_process.py`), one job at a time.
+`run_job` in a child (`runner/cli/job_process.py`), one job at a time.
 
 A job that fails leaves `failed.json` in its directory (written by the task, or here when the
 process died) and returns NaN, so the sweep goes on and the summary shows it as failed.
@@ -34,7 +34,7 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
 
-from runner.files import write_json
+from runner.rundir.atomic import write_json
 
 log = logging.getLogger(__name__)
 _interrupted = {"signal": None, "jobs": [], "not_started": 0}
@@ -56,7 +56,7 @@ class IsolatedLauncherConf:
 
 
 # Hydra imports this module while it scans the hydra_plugins namespace (plugins must live there),
-# which makes `hydra/launcher=isolated` available; runner/conf/config.yaml selects it.
+# which makes `hydra/launcher=isolated` available; conf/config.yaml selects it.
 ConfigStore.instance().store(group="hydra/launcher", name="isolated", node=IsolatedLauncherConf, provider="runner")
 
 
@@ -69,7 +69,7 @@ def task_reference(task_function) -> tuple:
 
 
 class IsolatedLauncher(Launcher):
-    """Runs each job of a sweep in its own `python -m runner.job_process` process, sequentially."""
+    """Runs each job of a sweep in its own `python -m runner.cli.job_process` process, sequentially."""
 
     def setup(self, *, hydra_context, task_function, config) -> None:
         self.config = config
@@ -103,7 +103,7 @@ class IsolatedLauncher(Launcher):
             job_file, result_file = os.path.join(tmp, "job.pkl"), os.path.join(tmp, "result.pkl")
             with open(job_file, "wb") as f:
                 pickle.dump({"config": cfg, "task": task, "result": result_file}, f)
-            returncode, signum = _run_and_forward([sys.executable, "-m", "runner.job_process", job_file])
+            returncode, signum = _run_and_forward([sys.executable, "-m", "runner.cli.job_process", job_file])
             if signum is not None:
                 _interrupted["signal"] = signal.Signals(signum).name
             result = None

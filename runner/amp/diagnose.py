@@ -20,7 +20,7 @@ from collections import OrderedDict
 import numpy as np
 from mindspore.train import Callback
 
-from runner.files import finite_or_str
+from runner.rundir.atomic import finite_or_str
 
 log = logging.getLogger("runner")
 

@@ -20,7 +20,7 @@ import numpy as np
 from mindspore.train import Callback
 
 from runner.errors import UserError
-from runner.files import finite_or_str, write_json
+from runner.rundir.atomic import finite_or_str, write_json
 
 log = logging.getLogger("runner")
 FLOOR = 1.0  # ScaledTrainStep and MindSpore's DynamicLossScaleUpdateCell never go below 1

@@ -134,7 +134,7 @@ def build_trainer(
             grad_stats,
             **update,
         )
-    # One eval cell for both Models: the train Model validates during Model.fit (runner/validation.py)
+    # One eval cell for both Models: the train Model validates during Model.fit (runner/training/validation.py)
     # and the evaluator after training, and both run the same compiled graph.
     eval_cell = nn.WithEvalCell(logits, loss_fn())
     evaluator = Model(logits, eval_network=eval_cell, metrics=metrics(), eval_indexes=[0, 1, 2])

@@ -48,7 +48,7 @@ def run_notes(m) -> list:
 
 
 def sweep_notes(rows: list) -> list:
-    """Notes comparing finished jobs whose configurations differ in one group only (runner/sweep.py's JobRow)."""
+    """Notes comparing finished jobs whose configurations differ in one group only (runner/report/sweep.py's JobRow)."""
     notes = []
     ok = [r for r in rows if r.metrics is not None]
     for a in ok:

@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from runner.files import finite_or_str, write_json
+from runner.rundir.atomic import finite_or_str, write_json
 
 
 @dataclass

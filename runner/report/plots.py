@@ -46,7 +46,7 @@ def _val_panel(ax, curve):
 
 
 def sweep_chart(rows: list, path: str, title: str) -> str:
-    """Bars per job (runner/sweep.py's JobRow): throughput (speedup against the first job) and compile time."""
+    """Bars per job (runner/report/sweep.py's JobRow): throughput (speedup against the first job) and compile time."""
     labels = [f"#{r.job} {r.label}" for r in rows]
     thr = [r.value("throughput_samples_per_s") or 0.0 for r in rows]
     comp = [r.value("compile_seconds") or 0.0 for r in rows]

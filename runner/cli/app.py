@@ -1,0 +1,90 @@
+"""What every command of the runner does around its `@hydra.main` function: the console scripts
+(pyproject.toml `[project.scripts]`) and `python -m runner` both start here.
+
+A runner app is a module with a `@hydra.main(config_path="pkg://runner.conf", ...)` function `main` and one line
+`cli = entry_point(main)`; its console script is one line in pyproject.toml (`msrun-<name> =
+"runner.<module>:cli"`), and Hydra's shell completion works for it like for `msrun-train`.
+`python -m runner.<module>` runs the same `cli()`.
+"""
+
+import os
+import signal
+import sys
+import textwrap
+
+from hydra_plugins.runner_launcher import isolated_launcher
+from runner.errors import user_errors
+
+_interrupted = False
+
+
+def interrupted() -> bool:
+    """Whether this process got SIGINT (Ctrl-C) from the console."""
+    return _interrupted
+
+
+def _on_sigint(signum, frame):
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def print_user_error(e: BaseException) -> None:
+    """A user's mistake gets one readable paragraph, not a traceback; paths are never broken."""
+    text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
+    print(text, file=sys.stderr, flush=True)
+
+
+def quiet_interrupt() -> None:
+    """Exit 130 (the shell's code for Ctrl-C) without a traceback."""
+    print("Interrupted.", file=sys.stderr, flush=True)
+    sys.exit(130)
+
+
+def entry_point(task, *checks):
+    """The console-script function for a `@hydra.main` task: the command's own `checks(argv)`, the
+    pre-flight checks (runner/cli/preflight.py), then Hydra.
+
+    Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 130 Ctrl-C.
+    """
+
+    def cli() -> None:
+        from hydra.core.plugins import Plugins
+
+        from runner.cli.preflight import preflight
+
+        # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
+        # install maps packages with an import hook instead, so the launcher is registered by hand.
+        Plugins.instance().register(isolated_launcher.IsolatedLauncher)
+        # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
+        # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
+        # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
+        signal.signal(signal.SIGINT, _on_sigint)
+        try:
+            for check in checks:
+                check(sys.argv[1:])
+            try:
+                preflight(task, sys.argv[1:])
+            except user_errors() as e:
+                print_user_error(e)
+                sys.exit(2)
+            task()
+        except KeyboardInterrupt:
+            quiet_interrupt()
+        except BrokenPipeError:
+            # `msrun-train --help | head`: the reader is gone. As a SIGPIPE'd Unix tool: exit 141, quietly;
+            # stdout goes to /dev/null first, or the interpreter's final flush raises it again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
+        except Exception:
+            if _interrupted:
+                quiet_interrupt()
+            raise
+        from runner.report.sweep import failed_jobs
+
+        if isolated_launcher.sweep_interrupted() or _interrupted:
+            quiet_interrupt()
+        sys.exit(1 if failed_jobs() else 0)
+
+    cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__}."
+    return cli

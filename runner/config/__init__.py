@@ -1,0 +1,1 @@
+"""Configuration: the typed schema registered with Hydra, and the checks a type cannot make."""

@@ -1,0 +1,383 @@
+"""Checks that need more than a type: ranges and contradictions, before anything heavy loads."""
+
+import math
+import os
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.cli.preflight import JOB_PACKAGES, target_allowed
+from runner.config.schema import (
+    AugmentConfig,
+    Config,
+    DataConfig,
+    LossScaleConfig,
+    ModelConfig,
+    OptimConfig,
+    PaddingConfig,
+)
+from runner.datasets.errors import DataConfigError
+from runner.datasets.settings import check_padding as check_padding_values
+from runner.errors import ConfigError
+from runner.training.environment import check_cpu_isa
+
+ALLOWED_TARGET_PREFIXES = tuple(f"{p}." for p in JOB_PACKAGES)
+
+
+def check_target(path: str, target) -> None:
+    """Refuse an instantiate target outside the project and MindSpore (os.system, subprocess, ...)."""
+    # target_allowed reads the module's source: `runner.training.distributed.subprocess.run` is no runner class.
+    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES) or not target_allowed(target):
+        raise ConfigError(
+            f"{path}={target!r} is refused: configs may only name classes and functions defined in this project "
+            f"or MindSpore (targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
+        )
+
+
+def targets(node, path=""):
+    """(dotted path, value) of every `_target_` in plain dicts and lists (a config as YAML or to_container)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "_target_":
+                yield where, value
+            else:
+                yield from targets(value, where)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from targets(value, f"{path}[{i}]")
+
+
+# Fields each choice reads. A field set away from its default under a choice that does not read it
+# would silently do nothing, so it is refused: (choice key, fields considered, fields read per choice).
+USES = {
+    "padding": (
+        "padding",
+        ("height", "width", "method", "fill", "buckets"),
+        {"fixed": {"height", "width", "method", "fill"}, "bucket": {"buckets", "fill"}, "none": set()},
+    ),
+    "data": (
+        "data",
+        ("val_fraction", "num_classes", "num_samples", "image_size", "root", "on_bad_sample"),
+        {
+            "digits": {"val_fraction"},
+            "synthetic": {"val_fraction", "num_classes", "num_samples", "image_size"},
+            "imagefolder": {"root", "on_bad_sample"},
+            "cifar10": {"root"},
+        },
+    ),
+    "amp.loss_scale": (
+        "amp.loss_scale.type",
+        ("init", "factor", "window", "drop_overflow_update"),
+        {"none": set(), "fixed": {"init", "drop_overflow_update"}, "dynamic": {"init", "factor", "window"}},
+    ),
+    "optim": (
+        "optim.schedule",
+        ("warmup_epochs", "min_lr", "step_epochs", "gamma", "milestones", "pct_start", "div_factor"),
+        {
+            "constant": {"warmup_epochs"},
+            "cosine": {"warmup_epochs", "min_lr"},
+            "step": {"warmup_epochs", "step_epochs", "gamma"},
+            "multistep": {"warmup_epochs", "milestones", "gamma"},
+            "exponential": {"warmup_epochs", "gamma"},
+            "onecycle": {"min_lr", "pct_start", "div_factor"},  # its rising phase is the warmup
+        },
+    ),
+    "optim.name": (
+        "optim.name",
+        ("nesterov", "beta2", "eps"),
+        {
+            "momentum": {"nesterov"},
+            "sgd": {"nesterov"},
+            "adam": {"beta2", "eps"},
+            "adamw": {"beta2", "eps"},
+            "lion": {"beta2"},
+        },
+    ),
+    "model": (
+        "model.style",
+        ("depth", "width", "stem", "arch", "checkpoint"),
+        {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
+    ),
+    "augment": (
+        "augment",
+        ("randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins", "autoaugment_policy"),
+        {
+            "none": set(),
+            "basic": set(),
+            "randaugment": {"randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins"},
+            "autoaugment": {"autoaugment_policy"},
+            "trivialaugment": {"num_magnitude_bins"},
+        },
+    ),
+}
+
+
+def unused_fields(section: str, node, defaults, kind: str) -> list:
+    """`section.field=value` for each field set away from its default that the choice `kind` ignores."""
+    key, fields, uses = USES[section]
+    prefix = key.rpartition(".")[0] or key  # "optim.name" chooses among fields of `optim`
+    return [
+        f"{prefix}.{f}={_plain(getattr(node, f))}"
+        for f in fields
+        if f not in uses[kind] and _plain(getattr(node, f)) != _plain(getattr(defaults, f))
+    ]
+
+
+def _unused_message(section: str, kind: str, ignored: list) -> str:
+    key, _, uses = USES[section]
+    reads = "; ".join(f"{k} reads {', '.join(sorted(v)) or 'none of them'}" for k, v in uses.items())
+    return f"{key}={kind} does not use {', '.join(ignored)}; remove it ({reads})"
+
+
+def check_padding(padding, defaults) -> None:
+    """Raise ConfigError for impossible `padding` values and for fields the chosen option would ignore."""
+    kind = padding.name
+    ignored = unused_fields("padding", padding, defaults, kind)
+    if ignored:
+        raise ConfigError(_unused_message("padding", kind, ignored) + ".")
+    try:
+        check_padding_values(padding)
+    except DataConfigError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _plain(value):
+    if hasattr(value, "name"):  # an Enum
+        return value.name
+    return list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
+
+
+def _problems(cfg):
+    def positive(name, value):
+        if value <= 0:
+            yield f"{name} must be positive, got {value}"
+
+    yield from positive("batch_size", cfg.batch_size)
+    yield from positive("epochs", cfg.epochs)
+    yield from positive("log_every", cfg.log_every)
+    yield from positive("model.width", cfg.model.width)
+    yield from positive("optim.lr", cfg.optim.lr)
+    yield from positive("data.num_parallel_workers", cfg.data.num_parallel_workers)
+    yield from positive("amp.loss_scale.init", cfg.amp.loss_scale.init)
+    yield from positive("amp.loss_scale.window", cfg.amp.loss_scale.window)
+    if cfg.sink.sink_size == 0 or cfg.sink.sink_size < -1:
+        yield f"sink.sink_size must be -1 (whole epoch) or positive, got {cfg.sink.sink_size}"
+    if cfg.amp.loss_scale.factor <= 1:
+        yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
+    for section, node, defaults, kind in (
+        ("data", cfg.data, DataConfig(), cfg.data.name),
+        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
+        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
+        ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name),
+        ("model", cfg.model, ModelConfig(), cfg.model.style.value),
+        ("augment", cfg.augment, AugmentConfig(), cfg.augment.name),
+    ):
+        ignored = unused_fields(section, node, defaults, kind)
+        if ignored:
+            yield _unused_message(section, kind, ignored)
+    if cfg.model.num_classes is not None and cfg.model.num_classes <= 0:
+        yield f"model.num_classes must be positive or null (take it from the data), got {cfg.model.num_classes}"
+    if not 0 < cfg.data.val_fraction < 1:
+        yield f"data.val_fraction must be between 0 and 1, got {cfg.data.val_fraction}"
+    if cfg.data.channels not in (1, 3):
+        yield f"data.channels must be 1 (grayscale) or 3 (RGB), got {cfg.data.channels}"
+    if len(cfg.data.mean) != cfg.data.channels or len(cfg.data.std) != cfg.data.channels:
+        yield f"data.mean and data.std need {cfg.data.channels} values (data.channels)"
+    if any(s <= 0 for s in cfg.data.std):
+        yield f"data.std must be positive, got {list(cfg.data.std)}"
+    if cfg.optim.warmup_epochs < 0 or cfg.optim.warmup_epochs > cfg.epochs:
+        yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
+    if cfg.optim.min_lr < 0 or cfg.optim.min_lr >= cfg.optim.lr:
+        yield f"optim.min_lr must be at least 0 and below optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
+    yield from _optim_problems(cfg)
+    yield from _model_problems(cfg.model)
+    if not 0 <= cfg.seed <= SEED_MAX:
+        yield f"seed must be between 0 and 2**32 - 1 ({SEED_MAX}), got {cfg.seed}"
+    cpus = os.cpu_count() or 1
+    if cfg.data.num_parallel_workers > cpus:
+        # Checked here: the dataset pipeline would fail on it only once built, with a traceback.
+        n = cfg.data.num_parallel_workers
+        yield f"data.num_parallel_workers must be at most the {cpus} CPUs of this machine, got {n}"
+    d = cfg.distributed
+    if d.master_port and not 1 <= d.master_port <= 65535:
+        yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
+    if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
+        yield f"data={cfg.data.name} needs data.root"
+    yield from _watch_problems(cfg)
+    yield from _augment_problems(cfg)
+
+
+def _watch_problems(cfg):
+    """validation, checkpoint.monitor, early_stop and init_from against each other."""
+    every, es, monitor = cfg.validation.every_epochs, cfg.early_stop, str(cfg.checkpoint.monitor)
+    if every < 0:
+        yield f"validation.every_epochs must be 0 (only at the end) or positive, got {every}"
+    elif every > 0 and not cfg.eval:
+        yield f"validation.every_epochs={every} validates, but eval=false turns validation off; drop one"
+    elif every > cfg.epochs:
+        yield f"validation.every_epochs={every} is beyond epochs={cfg.epochs}: it would validate only at the end (0)"
+    for key, name in (("checkpoint.monitor", monitor), ("early_stop.monitor", str(es.monitor))):
+        if name.startswith("val_") and (not cfg.eval or every == 0):
+            why = "eval=false" if not cfg.eval else "validation.every_epochs=0 (only at the end)"
+            yield (
+                f"{key}={name} needs validation during training, and {why} gives none: set "
+                "validation.every_epochs=N (with eval=true) or monitor train_loss"
+            )
+    if es.patience < 0 or es.min_delta < 0:
+        yield f"early_stop.patience and early_stop.min_delta must not be negative, got {es.patience} and {es.min_delta}"
+    elif es.patience == 0 and (str(es.monitor) != "auto" or es.min_delta != 0):
+        yield "early_stop.monitor/min_delta are set but early stopping is off (early_stop.patience=0)"
+    elif es.patience > 0 and (not cfg.checkpoint.keep_best or cfg.checkpoint.every_epochs == 0):
+        yield (
+            "early_stop makes the best checkpoint the final weights, so it needs one: "
+            "checkpoint.keep_best=true and checkpoint.every_epochs >= 1"
+        )
+    elif es.patience > 0 and "auto" not in (str(es.monitor), monitor) and str(es.monitor) != monitor:
+        yield (
+            f"early_stop.monitor={es.monitor} differs from checkpoint.monitor={monitor}: the run would stop on one "
+            "and keep the best by the other; set one of them"
+        )
+    if cfg.init_from:
+        from runner.training.finetune import source_path
+
+        try:
+            source_path(cfg.init_from)
+        except ConfigError as e:
+            yield str(e).rstrip(".")
+
+
+def _augment_problems(cfg):
+    """Out-of-range augmentation and loss values, and augmentations the run's data or shapes forbid."""
+    a = cfg.augment
+
+    def within(name, value, lo, hi, hi_open=False):
+        if not (lo <= value < hi if hi_open else lo <= value <= hi):
+            yield f"{name} must be in [{lo}, {hi}{')' if hi_open else ']'}, got {value}"
+
+    yield from within("augment.crop_padding", a.crop_padding, 0, float("inf"))
+    yield from within("augment.affine_degrees", a.affine_degrees, 0, 180)
+    yield from within("augment.affine_translate", a.affine_translate, 0, 1)
+    yield from within("augment.affine_scale", a.affine_scale, 0, 1, hi_open=True)
+    yield from within("augment.erasing_prob", a.erasing_prob, 0, 1)
+    yield from within("augment.randaugment_num_ops", a.randaugment_num_ops, 0, float("inf"))
+    yield from within("augment.num_magnitude_bins", a.num_magnitude_bins, 2, float("inf"))
+    yield from within("augment.randaugment_magnitude", a.randaugment_magnitude, 0, a.num_magnitude_bins, hi_open=True)
+    yield from within("loss.label_smoothing", cfg.loss.label_smoothing, 0, 1, hi_open=True)
+    for mix in ("mixup", "cutmix"):
+        m = a[mix]
+        yield from within(f"augment.{mix}.alpha", m.alpha, 0, float("inf"))
+        yield from within(f"augment.{mix}.prob", m.prob, 0, 1)
+        if m.alpha == 0 and m.prob != 1.0:
+            yield f"augment.{mix}.prob={m.prob} does nothing while augment.{mix}.alpha is 0 (off); set the alpha too"
+    if a.crop_padding > 0 and cfg.padding.name != "fixed":
+        yield (
+            f"augment.crop_padding={a.crop_padding} crops back to one input size, which needs padding=fixed "
+            f"(padding={cfg.padding.name} keeps each image's own size); set augment.crop_padding=0"
+        )
+    if a.hflip and not cfg.data.mirrorable:
+        yield (
+            f"augment.hflip=true mirrors images, but data={cfg.data.name} is declared not mirrorable "
+            "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
+            "data.mirrorable=true if mirrored images keep their labels"
+        )
+
+
+def _resolved(cfg) -> dict:
+    """The config with every interpolation resolved, or ConfigError naming the one that cannot be."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(
+            f"{key} cannot be resolved ({str(e).splitlines()[0].strip()}). Give it a literal value, or an "
+            "interpolation that yields the setting's type (`python -m runner --cfg job` shows the config)."
+        ) from None
+
+
+def _non_finite(node, path=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _non_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _non_finite(value, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        yield f"{path}={node}"
+
+
+SEED_MAX = 2**32 - 1  # numpy's RandomState and MindSpore's set_seed take 0 .. 2**32 - 1
+
+
+def _model_problems(m):
+    if m.style == "mindcv":
+        if not m.arch:
+            yield "model=mindcv needs model.arch, a mindcv.list_models() name (e.g. model.arch=mobilenet_v3_small_100)"
+        if m.checkpoint and not os.path.isfile(m.checkpoint):
+            yield f"model.checkpoint={m.checkpoint}: no such file"
+    elif m.depth is None:
+        yield f"model.style={m.style.value} needs model.depth"
+
+
+def _optim_problems(cfg):
+    o = cfg.optim
+    kind = o.schedule
+    if not 0 <= o.momentum < 1:
+        yield f"optim.momentum must be in [0, 1), got {o.momentum}"
+    if not 0 < o.beta2 < 1:
+        yield f"optim.beta2 must be in (0, 1), got {o.beta2}"
+    if o.eps <= 0:
+        yield f"optim.eps must be positive, got {o.eps}"
+    if o.weight_decay < 0:
+        yield f"optim.weight_decay must be at least 0, got {o.weight_decay}"
+    if o.nesterov and o.momentum == 0:
+        yield "optim.nesterov=true needs optim.momentum above 0"
+    if kind in ("step", "multistep", "exponential") and not 0 < o.gamma <= 1:
+        yield f"optim.gamma must be in (0, 1], got {o.gamma}"
+    if kind == "step" and o.step_epochs <= 0:
+        yield f"optim.step_epochs must be positive, got {o.step_epochs}"
+    if kind == "multistep":
+        m = list(o.milestones)
+        if not m or m[0] <= 0 or any(a >= b for a, b in zip(m, m[1:])) or m[-1] > cfg.epochs:
+            yield f"optim.schedule=multistep needs optim.milestones: increasing epochs in (0, {cfg.epochs}], got {m}"
+    if kind == "onecycle" and not 0 < o.pct_start < 1:
+        yield f"optim.pct_start must be between 0 and 1, got {o.pct_start}"
+    if kind == "onecycle" and o.div_factor < 1:
+        yield f"optim.div_factor must be at least 1, got {o.div_factor}"
+    if o.clip_grad_norm < 0:
+        yield f"optim.clip_grad_norm must be positive (or 0: off), got {o.clip_grad_norm}"
+    if o.accumulate_steps < 1:
+        yield f"optim.accumulate_steps must be at least 1, got {o.accumulate_steps}"
+    if not 0 <= cfg.ema.decay < 1:
+        yield f"ema.decay must be in [0, 1) (0: off), got {cfg.ema.decay}"
+
+
+def check_tools(cfg) -> None:
+    """Raise ModelError when training this config needs a tool the machine lacks (onednn: a C++ compiler)."""
+    if cfg.model.conv == "onednn" and cfg.device.target in ("cpu", "auto"):
+        from runner.models.onednn import find_compiler
+
+        find_compiler()
+
+
+def validate(cfg) -> None:
+    """Raise ConfigError naming every value that is out of range or contradicts another."""
+    bad = list(_non_finite(_resolved(cfg)))
+    if bad:
+        raise ConfigError(f"Non-finite numbers are not settings: {', '.join(bad)}. Give finite values.")
+    plain = OmegaConf.to_container(cfg)  # unresolved: a `_target_` is checked as written
+    for path, target in targets(plain):
+        check_target(path, target)
+    check_padding(cfg.padding, PaddingConfig())
+    try:
+        # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.
+        OmegaConf.merge(OmegaConf.structured(Config), plain)
+    except OmegaConfBaseException as e:
+        raise ConfigError(
+            f"{getattr(e, 'full_key', '?')} is not a setting of the runner ({str(e).splitlines()[0].strip()}); "
+            "`python -m runner --cfg job` lists them all."
+        ) from None
+    check_cpu_isa(cfg.device)
+    problems = list(_problems(cfg))
+    if problems:
+        raise ConfigError("Invalid configuration: " + "; ".join(problems) + ".")

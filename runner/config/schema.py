@@ -1,0 +1,248 @@
+"""Typed schema of the whole configuration, registered in Hydra's ConfigStore.
+
+The data and model settings belong to their layers (datasets/settings.py, models/settings.py); the
+rest is the runner's own.
+
+Every config group's YAML merges into one of these dataclasses, so an unknown key or a value of
+the wrong type fails while Hydra composes, before MindSpore is imported.
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from runner.datasets.settings import AugmentConfig, Choice, DataConfig, PaddingConfig
+from runner.models.settings import ModelConfig
+
+# Enum-typed fields make OmegaConf reject a misspelt value at composition, listing the choices. The
+# enums compare equal to their names as strings (`cfg.mode.name == "graph"`).
+
+
+class Mode(Choice):
+    graph = "graph"
+    pynative = "pynative"
+    jit = "jit"
+
+
+class AmpLevel(Choice):
+    O0 = "O0"
+    O1 = "O1"
+    O2 = "O2"
+    O3 = "O3"
+    auto = "auto"
+
+
+class LossScaleType(Choice):
+    none = "none"
+    fixed = "fixed"
+    dynamic = "dynamic"
+
+
+class OptimName(Choice):
+    momentum = "momentum"
+    sgd = "sgd"
+    adam = "adam"
+    adamw = "adamw"
+    lion = "lion"
+
+
+class Schedule(Choice):
+    constant = "constant"
+    cosine = "cosine"
+    step = "step"
+    multistep = "multistep"
+    exponential = "exponential"
+    onecycle = "onecycle"
+
+
+class Target(Choice):
+    auto = "auto"
+    cpu = "cpu"
+    gpu = "gpu"
+    ascend = "ascend"
+
+
+class DistMode(Choice):
+    none = "none"
+    dp = "dp"
+
+
+class Monitor(Choice):
+    auto = "auto"  # val_accuracy when validation runs during training, else train_loss
+    val_accuracy = "val_accuracy"
+    val_loss = "val_loss"
+    train_loss = "train_loss"  # the epoch's mean training loss
+
+
+class LoggerName(Choice):
+    csv = "csv"
+    tensorboard = "tensorboard"
+    mlflow = "mlflow"
+
+
+@dataclass
+class ModeConfig:
+    name: Mode = MISSING
+
+
+@dataclass
+class LossScaleConfig:
+    type: LossScaleType = LossScaleType.none
+    init: float = 1024.0
+    factor: float = 2.0
+    window: int = 1000
+    drop_overflow_update: bool = False  # fixed only: skip the update of a step whose grads overflow
+
+
+@dataclass
+class AmpConfig:
+    level: AmpLevel = MISSING
+    loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
+    # Cell names kept FP32 under O1-O3 (dotted, prefix or glob; see runner/fp32_islands.py).
+    keep_fp32: List[str] = field(default_factory=list)
+
+
+@dataclass
+class SinkConfig:
+    enabled: bool = False
+    sink_size: int = -1  # steps per sink; -1 = the whole epoch
+
+
+@dataclass
+class OptimConfig:
+    name: OptimName = MISSING
+    lr: float = 0.1  # the peak rate; the schedule is a factor of it
+    momentum: float = 0.9  # SGD momentum; beta1 of adam, adamw, lion
+    beta2: float = 0.999  # adam, adamw, lion
+    eps: float = 1e-8  # adam, adamw
+    nesterov: bool = False  # momentum, sgd
+    weight_decay: float = 1e-4  # L2 (momentum, sgd, adam); decoupled (adamw, lion)
+    schedule: Schedule = Schedule.cosine
+    warmup_epochs: float = 0.0  # linear ramp to lr; the schedule starts when it ends (not onecycle)
+    min_lr: float = 0.0  # cosine, onecycle: the last step's rate
+    step_epochs: float = 30.0  # step: multiply by gamma every step_epochs epochs
+    gamma: float = 0.1  # step, multistep: factor per decay; exponential: factor per epoch
+    milestones: List[float] = field(default_factory=list)  # multistep: epochs (after warmup) at which to decay
+    pct_start: float = 0.3  # onecycle: share of the steps spent rising
+    div_factor: float = 25.0  # onecycle: the first rate is lr / div_factor
+    # The train step (runner/amp/train_step.py), for every optimizer:
+    clip_grad_norm: float = 0.0  # > 0: clip the unscaled gradients to this global L2 norm
+    accumulate_steps: int = 1  # micro-batches whose mean gradient makes one optimizer update
+    # Cells left out of the optimizer, BatchNorm statistics included (names, prefixes, globs, as amp.keep_fp32).
+    freeze: List[str] = field(default_factory=list)
+
+
+@dataclass
+class EmaConfig:
+    decay: float = 0.0  # > 0: keep an exponential moving average of the weights; it is evaluated and saved
+
+
+@dataclass
+class DeviceConfig:
+    target: Target = MISSING
+    id: int = 0
+    # ONEDNN_MAX_CPU_ISA on CPU; "" leaves oneDNN's own choice; auto: AVX2, unless model.conv=onednn
+    cpu_isa_cap: str = "auto"
+
+
+@dataclass
+class DistributedConfig:
+    mode: DistMode = DistMode.none
+    workers: int = 1  # total ranks (msrun --worker_num)
+    local_workers: Optional[int] = None  # ranks on this node (msrun --local_worker_num); None = workers
+    node_rank: int = 0  # this node's index when several nodes train together
+    master_addr: str = "127.0.0.1"  # the address of node 0 (msrun's scheduler)
+    master_port: int = 0  # 0: pick a free port (single node only)
+    timeout_s: int = 120  # msrun --cluster_time_out: how long ranks wait for each other to join
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = 1  # save a resumable checkpoint every N epochs; 0 = only on a signal
+    keep_last: int = 2  # resumable checkpoints kept besides the best one
+    keep_best: bool = True  # also keep the best checkpoint by `monitor`
+    # What "best" means; auto: early_stop.monitor when set, else val_accuracy with
+    # validation.every_epochs, else train_loss.
+    monitor: Monitor = Monitor.auto
+    on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
+
+
+@dataclass
+class ValidationConfig:
+    # Validate every N epochs while training (and always after the last); 0 = only at the end. Not
+    # `eval.every_epochs`: the top-level `eval` is a bool, and Hydra cannot give a bool children.
+    every_epochs: int = 0
+
+
+@dataclass
+class EarlyStopConfig:
+    patience: int = 0  # stop after this many checks without improvement; 0 = off
+    monitor: Monitor = Monitor.auto  # auto: checkpoint.monitor (the two are one monitor)
+    min_delta: float = 0.0  # an improvement must beat the best by more than this
+
+
+@dataclass
+class DiagnoseConfig:
+    enabled: bool = False  # per-cell gradient statistics and input checks (grad_stats.jsonl)
+    every: Optional[int] = None  # steps between gradient statistics; None: log_every
+    # NaN guard (always on): stop after this many consecutive overflowing steps that the loss scale
+    # can no longer answer (dynamic scale at its floor of 1, or a fixed scale). A non-finite loss stops at once.
+    patience: int = 10
+    max_islands: int = 4  # FP32 islands the diagnosis may add while it searches for a fix
+
+
+@dataclass
+class LoggerConfig:
+    name: LoggerName = MISSING
+    tracking_uri: Optional[str] = None  # mlflow only; None: file store in outputs/mlruns
+    experiment: Optional[str] = None  # mlflow experiment; None: the run's experiment_name
+
+
+@dataclass
+class LadderConfig:
+    batch_size: int = 32  # the rungs before "larger batch"
+    large_batch_size: int = 128  # the "larger batch" rung and after
+
+
+@dataclass
+class LossConfig:
+    label_smoothing: float = 0.0  # training loss only; evaluation reports plain cross entropy
+
+
+@dataclass
+class Config:
+    mode: ModeConfig = MISSING
+    amp: AmpConfig = MISSING
+    sink: SinkConfig = MISSING
+    padding: PaddingConfig = MISSING
+    model: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    optim: OptimConfig = MISSING
+    ema: EmaConfig = field(default_factory=EmaConfig)
+    device: DeviceConfig = MISSING
+    diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
+    seed: int = 0
+    epochs: int = 10
+    batch_size: int = 64
+    log_every: int = 20
+    eval: bool = True
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
+    save_checkpoint: bool = True
+    experiment_name: str = "default"
+    dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
+    distributed: DistributedConfig = MISSING
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
+    init_from: Optional[str] = None  # fine-tune: a .ckpt file or run directory whose matching weights start this run
+    logger: LoggerConfig = MISSING
+    ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
+    augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
+    loss: LossConfig = field(default_factory=LossConfig)
+
+
+def register() -> None:
+    """Register the schema so conf/config.yaml can name it in its defaults list."""
+    ConfigStore.instance().store(name="base_config", node=Config)

@@ -1,0 +1,88 @@
+"""The run directory's life: one run holds it (a lock), a finished run is marked complete, and only
+a resume of that run may reuse it."""
+
+import json
+import logging
+import os
+from typing import Optional
+
+from runner.errors import UserError
+
+log = logging.getLogger("runner")
+COMPLETE = ".runner.complete"  # written last: the run's outputs are all there
+
+
+def claim(cfg, run_dir: str, overrides) -> bool:
+    """Lock the run directory and decide what a resume may do; True when the run is complete already.
+
+    overrides: the command line's (an lr given there is applied on resume).
+
+    A directory that holds a run (checkpoints, metrics) is reused only by resuming that run; a
+    resume's configuration is checked against the saved one (runner/rundir/resume_check.py).
+    """
+    from runner import lock, resume_config
+    from runner.rundir.resume_check import has_checkpoint, resume_source
+
+    lock.acquire(run_dir)
+    run_dir = os.path.abspath(run_dir)
+    source = resume_source(cfg.resume, run_dir)
+    held = _holds_run(run_dir)
+    if held and source != run_dir:
+        raise UserError(
+            f"{run_dir} already holds a run ({held}). A run directory is reused only to continue its run: "
+            f"resume=true (with a larger epochs=... to extend a finished one). To re-run its configuration, "
+            f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
+            "choose another hydra.run.dir."
+        )
+    stale = os.path.join(run_dir, resume_config.RECORD)
+    if source is None or not (has_checkpoint(os.path.join(source, "checkpoints")) or _complete(source)):
+        if os.path.exists(stale):
+            os.remove(stale)
+        return False
+    changes = resume_config.check(cfg, source, run_dir, overrides)
+    # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
+    done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
+    if done and "epochs" in changes and not has_checkpoint(os.path.join(source, "checkpoints")):
+        raise UserError(
+            f"The run in {source} cannot be extended: it saved no resumable checkpoint "
+            "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
+        )
+    if done and "epochs" not in changes:
+        print(
+            f"The run in {source} is already complete ({done.get('steps')} steps, {cfg.epochs} epochs); "
+            "nothing to train. To train it longer, resume with a larger epochs=...",
+            flush=True,
+        )
+        return True
+    if changes:
+        log.warning("resume: applying %s", "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
+    return False
+
+
+def run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:
+    """The run directory a resumable checkpoint belongs to (<run>/checkpoints/step_N.ckpt), if it is one."""
+    if not ckpt_path:
+        return None
+    ckpt_dir = os.path.dirname(os.path.abspath(ckpt_path))
+    return os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else None
+
+
+def _complete(run_dir: str) -> Optional[dict]:
+    try:
+        with open(os.path.join(run_dir, COMPLETE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _holds_run(run_dir: str) -> Optional[str]:
+    """What in run_dir shows an earlier run that a fresh start would overwrite (None: nothing)."""
+    from runner.rundir.resume_check import has_checkpoint
+
+    if _complete(run_dir):
+        return "a finished run"
+    if has_checkpoint(os.path.join(run_dir, "checkpoints")):
+        return "an unfinished run with checkpoints"
+    if os.path.exists(os.path.join(run_dir, "metrics.json")):
+        return "a run's metrics.json"
+    return None

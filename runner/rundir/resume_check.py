@@ -1,0 +1,184 @@
+"""What may change when a run resumes: the saved config.yaml against the new configuration.
+
+A resumed run continues the saved weights, optimizer moments, data order and schedule position, so
+anything that defines those must stay as it was; a changed value there would either be silently
+ignored (the checkpoint wins) or silently break the run. Those differences are refused, all listed
+at once. What only says how long to train, how to log, checkpoint and evaluate may change, and is
+applied: the learning-rate schedule is rebuilt from the new config on every start (restore() does
+not load the stored one), so more epochs or an explicit optim.lr=... take effect from the resumed step.
+"""
+
+import glob
+import json
+import logging
+import os
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from runner.errors import ConfigError
+
+log = logging.getLogger("runner")
+
+# Dotted keys (or prefixes) that may differ from the saved config on resume.
+CHANGEABLE = (
+    "epochs",  # extends (or shortens, if not yet reached) the run; a cosine schedule re-spans it
+    "log_every",
+    "logger",
+    "checkpoint",
+    "eval",
+    "validation",  # when to validate and when to stop: neither adds parameters or state
+    "early_stop",
+    "save_checkpoint",
+    "diagnose",
+    "experiment_name",
+    "device.id",
+    "distributed.timeout_s",
+    "distributed.master_addr",
+    "distributed.master_port",
+    "ladder",
+    # The fix a NaN stop names: FP32 islands add no parameter or state, they change where FP16 computes.
+    "amp.keep_fp32",
+    # How convolutions compute on CPU: the same parameters and, up to float summation order, the same numbers.
+    "model.conv",
+    "device.cpu_isa_cap",
+)
+EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
+# init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
+IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
+RECORD = "resume.json"  # in the run directory: what the last resume changed
+STATE = "latest.json"  # in <run>/checkpoints: the latest resumable checkpoint (runner/training/checkpoints.py)
+
+# Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
+
+
+def wants_resume(resume) -> bool:
+    """Whether `resume` asks to continue something (true/last, a path), not a fresh start."""
+    return resume is not None and str(resume).lower() not in ("false", "none", "")
+
+
+def in_place(resume) -> bool:
+    """resume=true or last: this run directory's own checkpoints."""
+    return str(resume).lower() in ("true", "last")
+
+
+def resume_source(resume, run_dir: str) -> Optional[str]:
+    """The run directory a resume continues (where its config.yaml is), or None (fresh, or a foreign .ckpt)."""
+    if not wants_resume(resume):
+        return None
+    if in_place(resume):
+        return os.path.abspath(run_dir)
+    path = os.path.abspath(str(resume))
+    if os.path.isfile(path):
+        path = os.path.dirname(path)
+    if os.path.basename(path) == "checkpoints":
+        path = os.path.dirname(path)
+    return path if os.path.isfile(os.path.join(path, "config.yaml")) else None
+
+
+def has_checkpoint(ckpt_dir: str) -> bool:
+    """Whether ckpt_dir holds latest.json or any step_*.ckpt."""
+    return os.path.exists(os.path.join(ckpt_dir, STATE)) or bool(step_files(ckpt_dir))
+
+
+def step_files(ckpt_dir: str) -> List[str]:
+    """step_*.ckpt files in ckpt_dir, newest (highest step) first."""
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(ckpt_dir), "step_*.ckpt"))]
+    return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
+
+
+def _flat(d, prefix="") -> Dict[str, object]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _under(key: str, prefixes: Iterable[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def override_keys(overrides: Iterable[str]) -> set:
+    """The dotted keys a Hydra command line sets (`optim.lr=0.05`, `+x=1`, `~y`)."""
+    keys = set()
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        keys.add(key)
+    return keys
+
+
+def compare(saved: dict, new: dict, explicit: set) -> Tuple[Dict[str, list], List[str]]:
+    """(changes applied as {key: [saved, new]}, refused differences as 'key: saved -> new')."""
+    a, b = _flat(saved), _flat(new)
+    changes, refused = {}, []
+    for key in sorted(set(a) | set(b)):
+        if _under(key, IGNORED):
+            continue
+        old, now = a.get(key), b.get(key)
+        if old == now:
+            continue
+        if _under(key, CHANGEABLE) or (key in EXPLICIT_ONLY and key in explicit):
+            changes[key] = [old, now]
+        else:
+            refused.append(f"{key}: {old!r} -> {now!r}")
+    return changes, refused
+
+
+def _with_defaults(saved: dict) -> dict:
+    """The saved config with the schema's defaults for keys it lacks: a run saved before a setting
+    existed ran with that setting's default, so resuming it with the default is no change."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from runner.config.schema import Config
+
+    body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Config), body)
+        return OmegaConf.to_container(merged, resolve=False, enum_to_str=True)
+    except OmegaConfBaseException:  # a key this version no longer has: compare as saved, and refuse it
+        return saved
+
+
+def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[str, list]:
+    """Refuse a resume whose configuration differs from the saved one where it cannot; return and
+    record (run_dir/resume.json) what changes are applied."""
+    from omegaconf import OmegaConf
+
+    path = os.path.join(source_dir, "config.yaml")
+    if not os.path.isfile(path):  # a run from before config.yaml was written at the start
+        log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
+        return {}
+    saved = _with_defaults(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+    new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    changes, refused = compare(saved, new, override_keys(overrides))
+    if refused:
+        lr_hint = (
+            " A new learning rate is accepted when given explicitly on the command line (optim.lr=...)."
+            if any(r.startswith("optim.lr:") for r in refused)
+            else ""
+        )
+        raise ConfigError(
+            f"resume: this configuration differs from the one the run was trained with ({path}) in what "
+            f"cannot change mid-run: {'; '.join(refused)}. Resume with the saved values (for example "
+            f"--config-path {source_dir} --config-name config), or start a new run.{lr_hint} What may "
+            "change on resume: epochs, log_every, logger, checkpoint.*, eval, validation.*, early_stop.*, "
+            "save_checkpoint, diagnose.*, "
+            "amp.keep_fp32, model.conv, device.cpu_isa_cap."
+        )
+    from runner.rundir.atomic import write_json
+
+    write_json(os.path.join(run_dir, RECORD), {"from": source_dir, "changes": changes})
+    return changes
+
+
+def recorded(run_dir: str) -> Dict[str, list]:
+    """The changes the resume of this run applied (resume.json), {} when there is none."""
+    try:
+        with open(os.path.join(run_dir, RECORD)) as f:
+            return json.load(f).get("changes", {})
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,167 @@
+"""Consumer of the `distributed` group: data parallel through MindSpore's own launcher, msrun.
+
+`python -m runner distributed=dp distributed.workers=2` composes the config once, in this (parent)
+process, writes it to the run directory as config.yaml, and runs
+
+    msrun --worker_num=2 ... python -m runner --config-path <run_dir> --config-name config
+          hydra.run.dir=<run_dir> hydra.output_subdir=null hydra/job_logging=stdout
+
+so every rank trains from the very same resolved config. msrun marks its processes with MS_ROLE;
+inside them run() calls init() below instead of launching again. Rank 0 writes the run's outputs
+into the one run directory; every rank's console goes to <run_dir>/rank_logs/worker_<i>.log.
+"""
+
+import hashlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+from runner.errors import ConfigError, UserError
+from runner.report.metrics import RunMetrics
+from runner.report.outputs import summary_line, write_config
+from runner.rundir.atomic import write_json
+
+log = logging.getLogger("runner")
+LOG_DIR = "rank_logs"
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def in_msrun() -> bool:
+    """True inside a process msrun started (a worker, or the scheduler that runs the same script)."""
+    return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED")
+
+
+def should_launch(dist_cfg) -> bool:
+    """Whether this process must start msrun (data parallel asked for, and not inside msrun already)."""
+    return dist_cfg.mode == "dp" and not in_msrun()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(addr: str, port: int) -> None:
+    """Raise ConfigError when msrun's scheduler could not listen on addr:port (msrun would wait for
+    its ranks until distributed.timeout_s, then fail without naming the port)."""
+    with socket.socket() as s:
+        try:
+            s.bind((addr, port))
+        except OSError as e:
+            raise ConfigError(
+                f"distributed.master_port={port} cannot be used on {addr} ({e.strerror}): another run or program "
+                "holds it. Choose another port, or distributed.master_port=0 to pick a free one (single node)."
+            ) from None
+
+
+def msrun_command(cfg, run_dir: str, port: int) -> list:
+    """The msrun command line that runs this config on every local rank."""
+    d = cfg.distributed
+    bin_dir = os.path.dirname(sys.executable)
+    msrun = os.path.join(bin_dir, "msrun")
+    if not os.path.exists(msrun):
+        msrun = shutil.which("msrun") or "msrun"
+    local = d.local_workers if d.local_workers is not None else d.workers
+    return [
+        msrun,
+        f"--worker_num={d.workers}",
+        f"--local_worker_num={local}",
+        f"--master_addr={d.master_addr}",
+        f"--master_port={port}",
+        f"--node_rank={d.node_rank}",
+        f"--log_dir={os.path.join(run_dir, LOG_DIR)}",
+        f"--cluster_time_out={d.timeout_s}",
+        "--join=True",
+        # msrun runs `python` from PATH (launch() puts this interpreter first) with these arguments.
+        "python",
+        "-m",
+        "runner",
+        "--config-path",
+        run_dir,
+        "--config-name",
+        "config",
+        f"hydra.run.dir='{run_dir}'",
+        "hydra.output_subdir=null",  # the parent's .hydra/ is the record; ranks must not overwrite it
+        "hydra/job_logging=stdout",  # msrun keeps each rank's console in its own log file
+    ]
+
+
+def launch(cfg, run_dir: str):
+    """Run the (whole) config under msrun, wait, and return rank 0's RunMetrics (None on other nodes)."""
+    d = cfg.distributed
+    if d.workers < 2:
+        raise ConfigError(f"distributed=dp needs distributed.workers >= 2, got {d.workers}.")
+    local = d.local_workers if d.local_workers is not None else d.workers
+    if local < d.workers and not d.master_port:
+        raise ConfigError("Several nodes need the same fixed distributed.master_port on every node.")
+    local_batch(cfg.batch_size, d.workers)  # fail here, not in every rank
+    run_dir = os.path.abspath(run_dir)
+    write_config(run_dir, cfg)
+    if d.master_port and d.node_rank == 0:
+        check_port_free(d.master_addr, d.master_port)
+    port = d.master_port or free_port()
+    cmd = msrun_command(cfg, run_dir, port)
+    from runner.rundir.lock import hand_to_ranks
+
+    env = hand_to_ranks(run_dir, dict(os.environ))  # this process holds the run directory's lock for them
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, LOG_DIR)
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    with open(os.path.join(run_dir, LOG_DIR, "msrun.log"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    metrics_path = os.path.join(run_dir, "metrics.json")
+    if proc.returncode != 0 or (d.node_rank == 0 and not os.path.exists(metrics_path)):
+        tail = _tail(os.path.join(run_dir, LOG_DIR, "worker_0.log")) or (proc.stdout + proc.stderr)[-2000:]
+        raise UserError(
+            f"The data-parallel run failed (msrun exit {proc.returncode}); each rank's log is in "
+            f"{os.path.join(run_dir, LOG_DIR)}. End of rank 0's log: {tail}"
+        )
+    if d.node_rank != 0:
+        return None  # node 0 holds the outputs
+    metrics = RunMetrics.read(metrics_path)
+    print(summary_line(metrics), flush=True)
+    return metrics
+
+
+def _tail(path: str, n: int = 1500) -> str:
+    if not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as f:
+        return f.read()[-n:]
+
+
+def init(dist_cfg):
+    """Inside msrun: join the cluster and switch MindSpore to data parallel; return (rank, world size)."""
+    if dist_cfg.mode != "dp":
+        return 0, 1
+    import mindspore as ms
+    from mindspore.communication import get_group_size, get_rank
+    from mindspore.communication import init as comm_init
+
+    comm_init()  # the scheduler process (MS_ROLE=MS_SCHED) serves the cluster here and exits at its end
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    return get_rank(), get_group_size()
+
+
+def local_batch(batch_size: int, world: int) -> int:
+    """batch_size is the global batch: each of `world` ranks takes an equal part of it."""
+    if batch_size % world:
+        raise ConfigError(
+            f"batch_size={batch_size} is the global batch and must divide evenly over distributed.workers={world}."
+        )
+    return batch_size // world
+
+
+def write_rank_record(run_dir: str, rank: int, net, final_loss: float) -> None:
+    """Each rank's trainable-weight digest and last loss, so ranks can be checked for agreement."""
+    h = hashlib.sha256()
+    for p in net.trainable_params():
+        h.update(p.name.encode())
+        h.update(p.asnumpy().tobytes())
+    path = os.path.join(run_dir, LOG_DIR, f"rank_{rank}.json")
+    write_json(path, {"rank": rank, "trainable_sha256": h.hexdigest(), "final_loss": final_loss})

@@ -1,0 +1,451 @@
+"""The whole run, top to bottom: environment -> build -> train -> report.
+
+Each phase takes its own slice of the config and returns a typed result; builders take their slice,
+never the whole config.
+"""
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from functools import partial
+from typing import Optional
+
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+
+from runner import distributed
+from runner.errors import ConfigError, UserError, as_out_of_memory
+from runner.report.metrics import RunMetrics
+from runner.rundir.claim import COMPLETE, claim, run_dir_of
+from runner.training.environment import cap_cpu_isa, setup
+from runner.training.interrupts import FinalPhaseInterrupted
+
+log = logging.getLogger("runner")
+LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
+
+
+@dataclass
+class Env:
+    """Where this process trains: its run directory, device, mode and place among the ranks."""
+
+    run_dir: str
+    target: str
+    mode: str
+    isa: dict
+    rank: int
+    world: int
+    batch: int  # this rank's share of batch_size
+
+
+@dataclass
+class Plan:
+    """How many steps really run, and how Model.train is called to run them."""
+
+    total_steps: int
+    train_epochs: int
+    sink: bool
+    sink_size: int
+
+
+@dataclass
+class Parts:
+    """Everything build() makes; train() and report() only use it."""
+
+    data: object  # datasets.Data
+    net: object  # the FP32 network (its parameters are the master weights)
+    make_net: object  # builds a fresh network of the same architecture (the NaN diagnosis)
+    trainer: object  # runner.amp.Trainer
+    plan: Plan
+    monitor: object
+    shapes: object
+    guarding: object  # runner.amp.guard.Guarding
+    checkpointer: object
+    logger: object
+    start: dict  # the resume state ({} for a fresh run)
+    initial_epoch: int  # Model.train's epoch to start from (resume)
+    watch: object  # runner.training.validation.Watch: validation, the best checkpoint's monitor, early stop
+    fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
+
+
+@dataclass
+class Outcome:
+    """What training produced."""
+
+    val: dict  # runner.report.accuracy.evaluation_metrics's keys, or {}
+    losses: np.ndarray  # loss per step call, across resumes
+    compiles: int
+    postmortem: Optional[dict]  # the NaN guard's record when it fired
+    failure: Optional[Exception]  # raised once the outputs are written
+    early_stop: Optional[dict] = None  # when and why early stopping ended the run (None: not configured)
+
+
+def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
+    """With sink on, one Model.train epoch is sink_size steps; without, one pass over the data."""
+    total = steps_per_epoch * epochs
+    if not sink or sink_cfg.sink_size in (-1, steps_per_epoch):
+        return Plan(total, epochs, sink, -1)
+    calls = math.ceil(total / sink_cfg.sink_size)
+    return Plan(calls * sink_cfg.sink_size, calls, sink, sink_cfg.sink_size)
+
+
+def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
+    """optim.accumulate_steps, refused with data sink: the micro-batches of one update would run
+    inside a device loop whose per-step loss and overflow flags the runner never sees."""
+    n = cfg.optim.accumulate_steps
+    if n > 1 and sink:
+        raise ConfigError(
+            f"optim.accumulate_steps={n} cannot run with sink=on on this device (data sink runs the steps on "
+            "the device, out of the runner's accumulation window): use sink=off, or a larger batch_size."
+        )
+    if total_steps % n:
+        log.warning(
+            "optim.accumulate_steps=%d: the last %d of %d steps do not fill a window and update nothing",
+            n,
+            total_steps % n,
+            total_steps,
+        )
+    return n
+
+
+def run(cfg) -> Optional[RunMetrics]:
+    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
+
+    None when a resumed run had nothing left to do (it was complete already).
+    """
+    run_dir = HydraConfig.get().runtime.output_dir
+    if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
+        return None
+    if distributed.should_launch(cfg.distributed):
+        return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
+    env = environment(cfg, run_dir)
+    parts = build(cfg, env)
+    try:
+        outcome = train(parts, env, cfg.eval)
+        return report(cfg, env, parts, outcome)
+    except FinalPhaseInterrupted as e:
+        interrupted_after_training(parts, env, e.signum)
+    finally:
+        parts.checkpointer.release()
+
+
+def interrupted_after_training(p: Parts, env: Env, signum: int):
+    """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
+    step = int(p.start.get("global_step", 0)) + (p.monitor.steps[-1] if p.monitor.steps else 0)
+    if p.guarding.guard.tripped is not None:
+        log.warning("signal %d while reporting a stopped (non-finite) run; its outputs are incomplete", signum)
+        raise SystemExit(128 + signum)
+    path = p.checkpointer.save_final(p.trainer.step_cell, step) if env.rank == 0 else None
+    log.warning(
+        "signal %d during the final phase (evaluation and report): training is complete at step %d%s; "
+        "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
+        signum,
+        step,
+        f" and checkpointed in {path}" if path else " and checkpointed",
+        env.run_dir,
+    )
+    raise SystemExit(128 + signum)
+
+
+def environment(cfg, run_dir: str) -> Env:
+    """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
+    isa = cap_cpu_isa(cfg.device, cfg.model.conv)  # before MindSpore loads: oneDNN reads it once
+    target = setup(cfg.device, cfg.mode, cfg.seed)
+    rank, world = distributed.init(cfg.distributed)
+    if rank == 0 and distributed.in_msrun():
+        from runner import lock
+
+        if not lock.held_by_parent(run_dir):  # msrun started without the runner's launcher
+            lock.acquire(run_dir)
+    if rank == 0:  # at the start, so a killed run can be resumed from its own config
+        from runner.report.outputs import write_config
+
+        write_config(run_dir, cfg)
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, distributed.local_batch(cfg.batch_size, world))
+
+
+def build(cfg, env: Env) -> Parts:
+    """Data and network, then the trainer, then the callbacks that watch training."""
+    data, make_net, net, fine_tune = build_network(cfg, env)
+    plan, trainer = build_training(cfg, env, data, net)
+    return build_watchers(cfg, env, data, net, make_net, plan, trainer, fine_tune)
+
+
+def build_network(cfg, env: Env):
+    """(data, make_net, net, fine_tune): the pipelines, the network, and what init_from/freeze did to it."""
+    from runner.datasets import build_data
+    from runner.models import build_model
+    from runner.training.finetune import prepare
+
+    shard = (env.world, env.rank) if env.world > 1 else None
+    data = build_data(
+        cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
+    )
+    make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    net = make_net()
+    if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
+        log.warning(
+            "model.num_classes=%d but the data has %d classes: the model's %d extra outputs never match a "
+            "label (they only take probability away); model.num_classes=null takes the count from the data.",
+            cfg.model.num_classes,
+            data.num_classes,
+            cfg.model.num_classes - data.num_classes,
+        )
+    fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
+    return data, make_net, net, fine_tune
+
+
+def build_training(cfg, env: Env, data, net):
+    """(plan, trainer): the steps that really run, the optimizer and the AMP train and eval Models."""
+    from runner.amp import build_trainer
+    from runner.report.accuracy import evaluation_metrics
+    from runner.training.optim import build_optimizer
+
+    # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
+    # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
+    if cfg.sink.enabled and env.target == "CPU":
+        log.warning(
+            "sink=on has no effect on CPU: MindSpore's Model.train runs without data sink there "
+            "(recorded as sink.effective=false in metrics.json)."
+        )
+    plan = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU")
+    if plan.total_steps >= LONG_RUN_STEPS:
+        log.info("%d epochs of %d steps: %d steps", cfg.epochs, data.steps_per_epoch, plan.total_steps)
+    accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
+    optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
+    trainer = build_trainer(
+        net,
+        cfg.amp,
+        optimizer,
+        env.mode,
+        env.target,
+        env.run_dir,
+        cfg.diagnose.enabled,
+        update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
+        label_smoothing=cfg.loss.label_smoothing,
+        metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
+    )
+    if trainer.used.amp_level_used != "O0" and env.target == "CPU":
+        log.warning(
+            "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
+            "it is here for numerics, not speed.",
+            trainer.used.amp_level_used,
+        )
+    return plan, trainer
+
+
+def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune) -> Parts:
+    """Resume state, then the callbacks: monitor, input shapes, trace and guard, validation, checkpoints."""
+    from omegaconf import OmegaConf
+
+    from runner.amp.guard import build_guard
+    from runner.report.loggers import build_logger
+    from runner.report.monitor import RunMonitor
+    from runner.report.shapes import InputShapes
+    from runner.training.checkpoints import Checkpointer, find_resume, restore
+    from runner.training.validation import build_watch
+
+    start = find_resume(cfg.resume, env.run_dir)
+    steps_per_call = plan.total_steps // plan.train_epochs
+    initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
+    start_step = int(start.get("global_step", 0))
+    prior_dir = run_dir_of(start.get("path"))
+    guarding = build_guard(
+        env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, start_step, prior_dir
+    )
+    if start and "losses" not in start and prior_dir:
+        # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
+        start["losses"] = guarding.trace.prior_losses()
+    params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+    monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
+    ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    # skip() is read during training only, once checkpointer and guarding exist.
+    watch = build_watch(
+        cfg,
+        cfg.eval,
+        plan,
+        data.steps_per_epoch,
+        start,
+        ckpt_dir if env.rank == 0 else None,
+        monitor.epoch_mean_loss,
+        logger,
+        skip=lambda: checkpointer.signum is not None or guarding.guard.tripped is not None,
+    )
+    checkpointer = Checkpointer(
+        cfg.checkpoint,
+        ckpt_dir,
+        data.steps_per_epoch,
+        start,
+        watch.score,
+        monitor.losses,
+        env.rank == 0,
+        series=monitor.series,
+        vetoed=lambda: guarding.guard.tripped is not None,
+    )
+    shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
+    return Parts(
+        data,
+        net,
+        make_net,
+        trainer,
+        plan,
+        monitor,
+        shapes,
+        guarding,
+        checkpointer,
+        logger,
+        start,
+        initial_epoch,
+        watch,
+        fine_tune,
+    )
+
+
+def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
+    """Model.fit with the callbacks in their order, then the post-mortem or the evaluation."""
+    from runner.amp.guard import postmortem
+    from runner.report.shapes import compile_count
+    from runner.training.validation import finish
+
+    used = p.trainer.used
+    log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
+    # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
+    # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
+    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, *p.watch.callbacks(p.checkpointer)]
+    start_step = p.start.get("global_step", 0)
+    try:
+        if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
+            log.info(
+                "training ended at step %d before the interruption; finishing the evaluation and report", start_step
+            )
+        else:
+            p.trainer.model.fit(
+                p.plan.train_epochs,
+                p.data.train,
+                callbacks=callbacks,
+                dataset_sink_mode=p.plan.sink,
+                sink_size=p.plan.sink_size,
+                initial_epoch=p.initial_epoch,
+                **p.watch.fit_args(p.data.val),
+            )
+    except (RuntimeError, MemoryError) as e:
+        oom = as_out_of_memory(e, env.batch)
+        if oom is None:
+            raise
+        raise oom from None
+    except OSError as e:  # a checkpoint written during training (disk full, directory gone)
+        raise UserError(
+            f"Could not write a checkpoint in {env.run_dir}: {e}. Earlier checkpoints are intact."
+        ) from None
+    p.checkpointer.exit_if_interrupted()
+    p.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
+    record, failure = postmortem(
+        p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
+    )
+    ema = not failure and getattr(p.trainer.step_cell, "ema_decay", 0) > 0
+    if ema:
+        p.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
+    done = ({}, None)
+    val, stopped = (
+        finish(p.watch, p.trainer, p.data.val, p.checkpointer, evaluate, reuse=not ema) if not failure else done
+    )
+    compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
+    return Outcome(val, p.checkpointer.losses(), compiles, record, failure, stopped)
+
+
+def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
+    """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
+    from runner import resume_config
+    from runner.amp.guard import guard_metrics
+    from runner.report import outputs
+    from runner.report.accuracy import as_metrics
+    from runner.training.validation import best_record
+
+    return RunMetrics(
+        val_accuracy=float(o.val["accuracy"]) if o.val else None,
+        val_loss=float(o.val["loss"]) if o.val else None,
+        **as_metrics(o.val),
+        final_loss=float(o.losses[-1]),
+        loss_curve=o.losses.tolist(),
+        val_curve=p.watch.curve(),
+        best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
+        early_stop=o.early_stop,
+        fine_tune=p.fine_tune,
+        **p.monitor.timing(),
+        compile_count=o.compiles,
+        **p.shapes.metrics(o.compiles),
+        padding=p.data.padding,
+        augment=p.data.augment,
+        label_smoothing=cfg.loss.label_smoothing,
+        skipped_samples=p.data.skipped_samples,
+        peak_host_memory_mb=outputs.peak_rss_mb(),
+        amp_level_used=p.trainer.used.amp_level_used,
+        loss_scale_type_used=p.trainer.used.loss_scale_type_used,
+        native_loss_scale_cell=p.trainer.used.native_loss_scale_cell,
+        keep_fp32=p.trainer.used.keep_fp32,
+        loss_scale=p.guarding.trace.summary(),
+        nan_guard=guard_metrics(o.postmortem),
+        diagnose=p.guarding.grad_stats.summary() if p.guarding.grad_stats else None,
+        mode=env.mode,
+        device_target=env.target,
+        cpu_isa=env.isa,
+        seed=cfg.seed,
+        batch_size=cfg.batch_size,
+        effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
+        optimizer_updates=int(p.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
+        ema_decay=cfg.ema.decay or None,
+        sink={
+            "requested": cfg.sink.enabled,
+            "effective": p.plan.sink,
+            "sink_size_requested": cfg.sink.sink_size,
+            # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
+            "sink_size": p.plan.sink_size,
+        },
+        distributed={"workers": env.world, "per_rank_batch": env.batch},
+        train_samples=p.data.train_size,
+        val_samples=p.data.val_size,
+        versions=outputs.versions(),
+        run_dir=env.run_dir,
+        resumed_from=p.start.get("path"),
+        resume_changes=resume_config.recorded(env.run_dir) if p.start else {},
+    )
+
+
+def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
+    """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
+    from runner.report import outputs
+
+    m = collect(cfg, env, p, o)
+    if env.world > 1:
+        distributed.write_rank_record(env.run_dir, env.rank, p.net, m.final_loss)
+        if env.rank != 0:
+            return m  # rank 0 writes the run's outputs
+    scales = p.guarding.trace.scales if m.loss_scale_type_used != "none" else None  # no flat "scale = 1" panel
+    series = {**p.monitor.series(), "loss_scale": scales}
+    title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
+    save = cfg.save_checkpoint and not o.failure
+    outputs.measure(m, p.net, p.data, series)
+    if save:
+        m.checkpoint = os.path.join(env.run_dir, "model.ckpt")
+    try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
+        m.write(os.path.join(env.run_dir, "metrics.json"))
+        outputs.plot(m, series, title)
+        if save:
+            from runner.rundir.atomic import save_checkpoint
+
+            save_checkpoint(p.net, m.checkpoint)
+        outputs.finish(m, p.logger)
+        if not o.failure:
+            from runner.rundir.atomic import write_json
+
+            write_json(os.path.join(env.run_dir, COMPLETE), {"steps": m.steps, "epochs": cfg.epochs})
+    except OSError as e:
+        raise UserError(
+            f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
+            "hydra.run.dir; metrics.json and the files already there are complete."
+        ) from None
+    if o.failure:
+        raise o.failure
+    print(outputs.summary_line(m), flush=True)
+    return m
