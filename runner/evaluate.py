@@ -119,8 +119,8 @@ def confusion_plot(confusion: dict, path: str, title: str) -> str:
 
 def evaluate(app) -> dict:
     """Evaluate a checkpoint of app.run on its validation data; write and return the metrics."""
-    from runner import lifecycle
     from runner.report.outputs import versions
+    from runner.rundir import saved_run as lifecycle
     from runner.rundir.atomic import write_json
 
     out_dir = HydraConfig.get().runtime.output_dir

@@ -178,8 +178,8 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
 
 def export(app) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
-    from runner import lifecycle
     from runner.report.outputs import versions
+    from runner.rundir import saved_run as lifecycle
     from runner.rundir.atomic import write_json
 
     fmt = str(app.format)

@@ -92,7 +92,7 @@ def predict(app) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from runner import lifecycle
+    from runner.rundir import saved_run as lifecycle
     from runner.rundir.atomic import write_json
 
     out_dir = HydraConfig.get().runtime.output_dir

@@ -20,7 +20,8 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     A directory that holds a run (checkpoints, metrics) is reused only by resuming that run; a
     resume's configuration is checked against the saved one (runner/rundir/resume_check.py).
     """
-    from runner import lock, resume_config
+    from runner.rundir import lock
+    from runner.rundir import resume_check as resume_config
     from runner.rundir.resume_check import has_checkpoint, resume_source
 
     lock.acquire(run_dir)

@@ -14,10 +14,10 @@ from typing import Optional
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
 
-from runner import distributed
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
 from runner.rundir.claim import COMPLETE, claim, run_dir_of
+from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, setup
 from runner.training.interrupts import FinalPhaseInterrupted
 
@@ -153,7 +153,7 @@ def environment(cfg, run_dir: str) -> Env:
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
     if rank == 0 and distributed.in_msrun():
-        from runner import lock
+        from runner.rundir import lock
 
         if not lock.held_by_parent(run_dir):  # msrun started without the runner's launcher
             lock.acquire(run_dir)
@@ -356,10 +356,10 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
 
 def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
-    from runner import resume_config
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
+    from runner.rundir import resume_check as resume_config
     from runner.training.validation import best_record
 
     return RunMetrics(
