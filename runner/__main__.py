@@ -11,10 +11,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from runner.cli.app import entry_point, interrupted, print_user_error, quiet_interrupt
+from runner.cli.app import entry_point, interrupted, quiet_interrupt
 from runner.config.checks import check_tools, validate
 from runner.config.schema import register
-from runner.errors import user_errors
+from runner.errors import print_user_error, user_errors
 from runner.rundir.atomic import write_json
 from runner.rundir.lock import check_free
 

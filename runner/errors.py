@@ -4,6 +4,9 @@
 names them all for the CLI.
 """
 
+import sys
+import textwrap
+
 
 class UserError(Exception):
     """A mistake in the configuration, the data or the environment; the message names the culprit."""
@@ -23,6 +26,12 @@ def user_errors() -> tuple:
     from runner.models.errors import ModelError
 
     return (UserError, LayerDataError, ModelError)
+
+
+def print_user_error(e: BaseException) -> None:
+    """A user's mistake as one readable paragraph on stderr, not a traceback; paths are never broken."""
+    text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
+    print(text, file=sys.stderr, flush=True)
 
 
 OOM_MARKERS = ("Memory not enough", "alloc failed", "Out of memory", "out of memory")

@@ -74,3 +74,20 @@ def test_cfg_job_prints_the_composed_config():
     assert proc.returncode == 0
     cfg = OmegaConf.create(proc.stdout)
     assert cfg.amp.level == "O2" and cfg.mode.name == "pynative"
+
+
+def test_one_walk_over_a_config_tree():
+    from runner.config.tree import flat, walk
+
+    tree = {"a": {"b": 1, "c": [{"_target_": "x.y"}]}, "d": {}, "e": None}
+    assert [(p, k) for p, k, _ in walk(tree)] == [
+        ("a", "a"),
+        ("a.b", "b"),
+        ("a.c", "c"),
+        ("a.c[0]", 0),
+        ("a.c[0]._target_", "_target_"),
+        ("d", "d"),
+        ("e", "e"),
+    ]
+    # A list is one setting; an empty section stays visible, so a resume that adds keys to it is a change.
+    assert flat(tree) == {"a.b": 1, "a.c": [{"_target_": "x.y"}], "d": {}, "e": None}

@@ -10,10 +10,9 @@ A runner app is a module with a `@hydra.main(config_path="pkg://runner.conf", ..
 import os
 import signal
 import sys
-import textwrap
 
 from hydra_plugins.runner_launcher import isolated_launcher
-from runner.errors import user_errors
+from runner.errors import print_user_error, user_errors
 
 _interrupted = False
 
@@ -27,12 +26,6 @@ def _on_sigint(signum, frame):
     global _interrupted
     _interrupted = True
     raise KeyboardInterrupt
-
-
-def print_user_error(e: BaseException) -> None:
-    """A user's mistake gets one readable paragraph, not a traceback; paths are never broken."""
-    text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
-    print(text, file=sys.stderr, flush=True)
 
 
 def quiet_interrupt() -> None:

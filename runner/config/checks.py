@@ -16,6 +16,7 @@ from runner.config.schema import (
     OptimConfig,
     PaddingConfig,
 )
+from runner.config.tree import walk
 from runner.datasets.errors import DataConfigError
 from runner.datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
@@ -32,20 +33,6 @@ def check_target(path: str, target) -> None:
             f"{path}={target!r} is refused: configs may only name classes and functions defined in this project "
             f"or MindSpore (targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
         )
-
-
-def targets(node, path=""):
-    """(dotted path, value) of every `_target_` in plain dicts and lists (a config as YAML or to_container)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            where = f"{path}.{key}" if path else str(key)
-            if key == "_target_":
-                yield where, value
-            else:
-                yield from targets(value, where)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from targets(value, f"{path}[{i}]")
 
 
 # Fields each choice reads. A field set away from its default under a choice that does not read it
@@ -111,6 +98,11 @@ USES = {
         },
     ),
 }
+
+
+def fields_read(section: str, kind: str) -> set:
+    """The fields of `section` (a USES key) that its option `kind` reads: `fields_read("padding", "bucket")`."""
+    return set(USES[section][2][kind])
 
 
 def unused_fields(section: str, node, defaults, kind: str) -> list:
@@ -295,15 +287,10 @@ def _resolved(cfg) -> dict:
         ) from None
 
 
-def _non_finite(node, path=""):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _non_finite(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _non_finite(value, f"{path}[{i}]")
-    elif isinstance(node, float) and not math.isfinite(node):
-        yield f"{path}={node}"
+def _non_finite(tree):
+    for path, _, value in walk(tree):
+        if isinstance(value, float) and not math.isfinite(value):
+            yield f"{path}={value}"
 
 
 SEED_MAX = 2**32 - 1  # numpy's RandomState and MindSpore's set_seed take 0 .. 2**32 - 1
@@ -366,8 +353,9 @@ def validate(cfg) -> None:
     if bad:
         raise ConfigError(f"Non-finite numbers are not settings: {', '.join(bad)}. Give finite values.")
     plain = OmegaConf.to_container(cfg)  # unresolved: a `_target_` is checked as written
-    for path, target in targets(plain):
-        check_target(path, target)
+    for path, key, target in walk(plain):
+        if key == "_target_":
+            check_target(path, target)
     check_padding(cfg.padding, PaddingConfig())
     try:
         # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.

@@ -8,6 +8,7 @@ the loss anyway), then the run's final metrics and its artifacts.
 import csv
 import os
 
+from runner.config.tree import flat
 from runner.errors import ConfigError
 
 FINAL_KEYS = (
@@ -34,7 +35,8 @@ def build_logger(
     kind = logger_cfg.name
     if kind == "csv":
         return CsvLogger(run_dir, start_step, prior_dir)
-    params = _flatten(params)
+    # One flat dict of scalars: both backends take params as key -> string or number.
+    params = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat(params).items()}
     if kind == "tensorboard":
         return TensorBoardLogger(run_dir, params)
     return MlflowLogger(logger_cfg, experiment_name, run_dir, params)
@@ -179,14 +181,3 @@ class MlflowLogger:
             if os.path.exists(path):
                 self.mlflow.log_artifact(path)
         self.mlflow.end_run()
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v if isinstance(v, (int, float, str, bool)) else str(v)
-    return out

@@ -11,6 +11,7 @@ from typing import List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from runner.config.tree import flat
 from runner.report import advice
 from runner.report.metrics import RunMetrics
 
@@ -132,7 +133,7 @@ def _row(job_dir: Path) -> JobRow:
     row.metrics = RunMetrics.read(str(metrics))
     if (job_dir / "config.yaml").exists():
         body = OmegaConf.to_container(OmegaConf.load(job_dir / "config.yaml"))
-        row.config = {k: v for k, v in _flatten(body).items() if k.split(".")[0] not in IGNORED}
+        row.config = {k: v for k, v in flat(body).items() if k.split(".")[0] not in IGNORED}
     return row
 
 
@@ -189,13 +190,3 @@ def _varying_overrides(lists: list) -> set:
             key, _, value = o.partition("=")
             values.setdefault(key, set()).add(value)
     return {k for k, v in values.items() if len(v) > 1 or any(k not in {x.split("=")[0] for x in o} for o in lists)}
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out

@@ -14,7 +14,7 @@ import fcntl
 import os
 import time
 
-from runner.errors import UserError
+from runner.errors import UserError, print_user_error
 
 LOCK_FILE = ".runner.rundir.lock"
 LOCK_ENV = "RUNNER_RUN_DIR_LOCKED"  # set by the process that holds the lock, for its msrun ranks
@@ -74,7 +74,7 @@ def check_free(argv) -> None:
     try:
         acquire(run_dir)
     except UserError as e:
-        print(f"Error: {e}", file=sys.stderr, flush=True)
+        print_user_error(e)
         sys.exit(2)
     release(run_dir)
 

@@ -15,6 +15,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from runner.config.tree import flat
 from runner.errors import ConfigError
 
 log = logging.getLogger("runner")
@@ -86,17 +87,6 @@ def step_files(ckpt_dir: str) -> List[str]:
     return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
 
 
-def _flat(d, prefix="") -> Dict[str, object]:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def _under(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
@@ -112,7 +102,7 @@ def override_keys(overrides: Iterable[str]) -> set:
 
 def compare(saved: dict, new: dict, explicit: set) -> Tuple[Dict[str, list], List[str]]:
     """(changes applied as {key: [saved, new]}, refused differences as 'key: saved -> new')."""
-    a, b = _flat(saved), _flat(new)
+    a, b = flat(saved), flat(new)
     changes, refused = {}, []
     for key in sorted(set(a) | set(b)):
         if _under(key, IGNORED):

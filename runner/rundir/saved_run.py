@@ -9,7 +9,6 @@ that need it: the CPU ISA cap must be set before it loads (runner/training/envir
 import logging
 import os
 import sys
-import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Optional
@@ -19,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.schema import Config
 from runner.datasets.settings import DataConfig
-from runner.errors import ConfigError, UserError, user_errors
+from runner.errors import ConfigError, UserError, print_user_error, user_errors
 from runner.models.errors import ModelError
 
 log = logging.getLogger("runner")
@@ -29,12 +28,6 @@ CONFIG = "config.yaml"
 # `data.<field>=...` overrides on the commands: every data field, optional, None = the run's value.
 # Generated from DataConfig so the commands type-check overrides exactly as training does.
 DataOverrides = make_dataclass("DataOverrides", [(f.name, Optional[f.type], None) for f in fields(DataConfig)])
-
-
-def print_user_error(e: Exception) -> None:
-    """One readable paragraph on stderr; paths are never broken across lines."""
-    text = textwrap.fill(f"Error: {e}", width=100, break_on_hyphens=False, break_long_words=False)
-    print(text, file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -284,8 +277,8 @@ def num_outputs(cfg, data) -> int:
 
 def padding_record(padding) -> dict:
     """The `padding` group's fields that its chosen option reads, as plain values."""
-    from runner.config.checks import USES
+    from runner.config.checks import fields_read
 
     kind = str(padding.name)
     plain = OmegaConf.to_container(padding, enum_to_str=True)
-    return {"name": kind, **{k: plain[k] for k in sorted(USES["padding"][2][kind])}}
+    return {"name": kind, **{k: plain[k] for k in sorted(fields_read("padding", kind))}}
