@@ -177,3 +177,28 @@ def test_hydra_defaults_and_project_targets_pass(tmp_path):
     assert "Configuration is valid" in proc.stdout and "refused" not in proc.stderr, proc.stderr
     proc = run_cli(None, "hydra/launcher=joblib", "hydra/sweeper=optuna_accuracy", "--cfg", "hydra")
     assert proc.returncode == 0
+
+
+def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
+    # The check composes through Hydra 1.3's internals; when those fail (another Hydra, a changed internal),
+    # nothing has been checked, so the command must refuse (one paragraph, exit 2), never run unchecked.
+    from hydra._internal.hydra import Hydra
+
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+    from runner.errors import ConfigError
+
+    def undecorated(cfg):  # @hydra.main's settings cannot be read from it
+        return None
+
+    with pytest.raises(ConfigError, match="pre-flight check of the configuration could not run.*TypeError"):
+        preflight(undecorated, ["amp=o2"])
+
+    def changed(*args, **kwargs):
+        raise AttributeError("'Hydra' has no attribute 'create_main_hydra2'")
+
+    monkeypatch.setattr(Hydra, "create_main_hydra2", changed)
+    with pytest.raises(ConfigError, match="refuses to start.*hydra-core"):
+        preflight(main, ["amp=o2"])
+    monkeypatch.undo()
+    preflight(main, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config

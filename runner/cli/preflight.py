@@ -16,6 +16,10 @@ import re
 import sys
 from functools import cache
 
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+from yaml import YAMLError
+
 from runner.errors import ConfigError
 
 # Packages whose classes and functions the job's config (what hydra.utils.instantiate builds) may name as
@@ -30,6 +34,9 @@ ALLOWED_PACKAGES = (
     "hydra.experimental.callbacks",
     "optuna.samplers",
 )
+# What Hydra raises for a configuration it cannot compose, and reports itself (YAML errors included):
+# anything else from the composition below is a failure of the check, which then refuses (preflight).
+COMPOSE_ERRORS = (HydraException, OmegaConfBaseException, YAMLError)
 # Variables through which `hydra.job.env_set` would make every later process load foreign code.
 UNSAFE_ENV = re.compile(r"^(LD_|DYLD_|PYTHON|PERL|RUBY|NODE_|BASH_ENV$|ENV$|PATH$|IFS$|PS4$|SHELLOPTS$)")
 LOGGING_NODES = ("job_logging", "hydra_logging")
@@ -303,7 +310,8 @@ def _expand_sweeps(overrides: list, sweeper_params) -> list:
 
 def compose_like_hydra(task, argv):
     """The configurations @hydra.main will compose for argv (one per sweep value with -m), or [] when
-    Hydra would fail to compose them itself (it then reports its own error)."""
+    Hydra would fail to compose them itself (it then reports its own error). Any other failure
+    propagates: preflight() then refuses to start (fails closed)."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import (
         create_automatic_config_search_path,
@@ -355,7 +363,7 @@ def compose_like_hydra(task, argv):
                 RunMode.MULTIRUN if args.multirun else RunMode.RUN,
                 validate_sweep_overrides=False,
             )
-        except Exception:
+        except COMPOSE_ERRORS:
             return []
         configs.append(base)
         multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
@@ -365,7 +373,7 @@ def compose_like_hydra(task, argv):
             for variant in _expand_sweeps(overrides, params):
                 try:
                     configs.append(hydra.compose_config(config_name, variant, RunMode.RUN))
-                except Exception:
+                except COMPOSE_ERRORS:
                     continue  # Hydra reports a value that does not compose when it reaches that job
     finally:
         GlobalHydra.instance().clear()
@@ -447,7 +455,29 @@ def check_launcher(cfg, multirun: bool) -> None:
 
 def preflight(task, argv) -> None:
     """Everything checked before @hydra.main runs `task`: the overrides' syntax, callables named
-    anywhere in the composed config, the launcher, then the output directory. Raises ConfigError."""
+    anywhere in the composed config, the launcher, then the output directory. Raises ConfigError.
+
+    The check composes the way Hydra 1.3 does, through its internals (@hydra.main's closure, hydra._internal).
+    If that machinery fails in a way that is not Hydra's own report of a bad configuration (another Hydra
+    version, a changed internal), nothing was checked: the command refuses to start rather than let Hydra
+    instantiate what the configuration names unchecked.
+    """
+    try:
+        _preflight(task, argv)
+    except ConfigError:
+        raise
+    except Exception as e:
+        import hydra
+
+        raise ConfigError(
+            f"the pre-flight check of the configuration could not run ({type(e).__name__}: {e}), so nothing "
+            f"it names has been checked, and the command refuses to start. It composes the configuration as "
+            f"Hydra 1.3 does, through Hydra's internals; this is hydra-core {hydra.__version__}. Install the "
+            "version pyproject.toml names (hydra-core>=1.3,<1.4)."
+        ) from None
+
+
+def _preflight(task, argv) -> None:
     from hydra._internal.utils import get_args_parser
 
     try:
