@@ -16,16 +16,17 @@ class ConfigError(UserError):
     """A configuration value that composes but cannot be run (out of range, contradictory)."""
 
 
-class DataError(UserError):
-    """A data problem the runner finds itself (the data layer raises datasets.DataError)."""
+class InputError(UserError):
+    """Files a command was given to read (predict's input=) that are missing or unreadable. (The data
+    layer's own DataError is runner.datasets.DataError.)"""
 
 
 def user_errors() -> tuple:
     """Every error type whose message is meant for the user: the runner's and the lower layers' own."""
-    from runner.datasets.errors import DataError as LayerDataError
+    from runner.datasets.errors import DataError
     from runner.models.errors import ModelError
 
-    return (UserError, LayerDataError, ModelError)
+    return (UserError, DataError, ModelError)
 
 
 def print_user_error(e: BaseException) -> None:

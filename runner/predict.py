@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
 from runner.cli.app import entry_point
-from runner.errors import ConfigError, DataError
+from runner.errors import ConfigError, InputError
 from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
 
 log = logging.getLogger("runner")
@@ -45,13 +45,13 @@ def find_images(path: str) -> list:
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
-        raise DataError(f"input={path}: no such file or folder.")
+        raise InputError(f"input={path}: no such file or folder.")
     found = []
     for folder, dirs, files in os.walk(path):
         dirs.sort()
         found += [os.path.join(folder, f) for f in sorted(files) if os.path.splitext(f)[1] in IMAGE_EXTENSIONS]
     if not found:
-        raise DataError(f"input={path} holds no image files ({', '.join(IMAGE_EXTENSIONS[::2])}), also in subfolders.")
+        raise InputError(f"input={path} holds no image files ({', '.join(IMAGE_EXTENSIONS[::2])}), also in subfolders.")
     return found
 
 
@@ -115,7 +115,7 @@ def predict(app) -> dict:
         log.warning("skipped %s: not a readable image (%s)", p, reason)
     if not good:
         names = ", ".join(f"{p} ({r})" for p, r in bad[:3])
-        raise DataError(f"No readable image in input={app.input}: {names}{' ...' if len(bad) > 3 else ''}.")
+        raise InputError(f"No readable image in input={app.input}: {names}{' ...' if len(bad) > 3 else ''}.")
     saved = lifecycle.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
     net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)

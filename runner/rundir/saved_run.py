@@ -109,7 +109,7 @@ def load_config(run_dir: str, data_overrides=None):
     return cfg
 
 
-def start(cfg) -> str:
+def set_up_device(cfg) -> str:
     """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target."""
     from runner.training.environment import setup
 
@@ -242,7 +242,7 @@ def open_run(run_dir: str, ckpt: str, cfg, batch_size: Optional[int] = None) -> 
     """Context, data and network of a run whose config load_config returned, with the checkpoint `ckpt`
     names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned."""
     path = checkpoint_path(run_dir, ckpt)
-    target = start(cfg)
+    target = set_up_device(cfg)
     params = read_checkpoint(path)
     data, net = build(cfg, batch_size)
     record = load_weights(net, params, path, cfg)
