@@ -24,8 +24,9 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -m ''
 
+# .pre-commit-config.yaml runs the same three commands.
 lint: $(STAMP)
-	$(PY) -m ruff format --check . && $(PY) -m ruff check .
+	$(PY) -m ruff format --check . && $(PY) -m ruff check . && $(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .

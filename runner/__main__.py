@@ -1,4 +1,4 @@
-"""`msrun-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
+"""`runner-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
 typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
 import logging
@@ -6,6 +6,7 @@ import math
 import os
 import sys
 import traceback
+from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -22,7 +23,7 @@ register()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="config")
-def main(cfg) -> float:
+def main(cfg) -> Optional[float]:
     # A log line that cannot be written (disk full) must not print a traceback of its own: the
     # failure that matters is reported as one paragraph below.
     logging.raiseExceptions = False

@@ -1,11 +1,13 @@
 """Installed the usual ways, the runner works from any directory: the config groups ship inside the
-package, the isolated launcher is found, and the console script (with Hydra's shell completion) runs."""
+package, the isolated launcher is found, and the console script (with Hydra's shell completion) runs.
+The wheel owns one import namespace, so it installs beside Hugging Face's `datasets`."""
 
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 
 import pytest
 from conftest import REPO, TINY, metrics
@@ -57,8 +59,31 @@ def test_editable_install_runs_from_another_directory(tmp_path):
         [str(bin_dir / "python"), "-m", "runner", "-m", "dry_run=true", f"hydra.sweep.dir={tmp_path}/s"], elsewhere
     )
     assert "Configuration is valid" in proc.stdout
-    proc = run([str(bin_dir / "msrun-train"), "--cfg", "job", "amp=o2"], elsewhere)
+    proc = run([str(bin_dir / "runner-train"), "--cfg", "job", "amp=o2"], elsewhere)
     assert "level: O2" in proc.stdout
+
+
+def test_console_scripts_and_their_deprecated_aliases():
+    from importlib.metadata import distribution
+
+    from runner.cli import aliases
+
+    # As installed (pyproject.toml [project.scripts]).
+    scripts = {e.name: e.value for e in distribution("mindspore-runner").entry_points if e.group == "console_scripts"}
+    for old, (new, target) in aliases.RENAMED.items():
+        assert scripts[new] == target
+        assert scripts[old] == f"runner.cli.aliases:{old.replace('-', '_')}"
+    assert {n for n in scripts if not n.startswith("msrun-")} == {n for n, _ in aliases.RENAMED.values()}
+
+
+def top_level_names(wheel) -> set:
+    """What a wheel installs at the top of site-packages (its .dist-info aside), two levels for hydra_plugins."""
+    names = set()
+    for path in zipfile.ZipFile(wheel).namelist():
+        parts = path.split("/")
+        if not parts[0].endswith(".dist-info"):
+            names.add("/".join(parts[:2]) if parts[0] == "hydra_plugins" else parts[0])
+    return names
 
 
 @pytest.mark.slow
@@ -74,16 +99,48 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
         env=clean_env(),
     )
     (wheel,) = wheels.glob("*.whl")
+    # One import namespace: nothing that another distribution (Hugging Face's `datasets`) could own.
+    assert top_level_names(wheel) == {"runner", "hydra_plugins/runner_launcher"}
+    assert (
+        "License-Expression: Apache-2.0"
+        in zipfile.ZipFile(wheel)
+        .read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA")))
+        .decode()
+    )
     bin_dir = fresh_venv(tmp_path / "venv", str(wheel))
     work = tmp_path / "work"
     work.mkdir()
     where = run([str(bin_dir / "python"), "-c", "import runner; print(runner.__file__)"], work).stdout
     assert str(tmp_path / "venv") in where  # the wheel's copy, not this checkout
 
-    run([str(bin_dir / "msrun-train"), *TINY, f"hydra.run.dir={work}/one"], work)
+    # Hugging Face's datasets from PyPI into the same site-packages; what this venv already has is kept
+    # at its version (numpy<2 for MindSpore), so the wheel's runner still runs beside it. pyarrow 24,
+    # which the newest datasets requires, imports only under NumPy 2 (measured: "pyarrow requires NumPy
+    # 2.0 or newer"), so pip takes the newest datasets that runs with pyarrow 23 (README, Install).
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True, check=True
+    ).stdout
+    pins = tmp_path / "constraints.txt"
+    lines = [line for line in frozen.splitlines() if "==" in line and " @ " not in line]
+    pins.write_text("\n".join([*lines, "pyarrow<24"]) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q"]
+    run([*pip, "-c", str(pins), "datasets"], work, timeout=900)
+    both = (
+        "import datasets, runner.datasets as mine; print(datasets.load_dataset.__module__, mine.DataConfig.__module__)"
+    )
+    assert run([str(bin_dir / "python"), "-c", both], work).stdout.split() == [
+        "datasets.load",
+        "runner.datasets.settings",
+    ]
+
+    run([str(bin_dir / "runner-train"), *TINY, f"hydra.run.dir={work}/one"], work)
     assert metrics(work / "one")["val_accuracy"] > 0.3
-    evaluated = run([str(bin_dir / "msrun-evaluate"), f"run={work}/one"], work).stdout
+    evaluated = run([str(bin_dir / "runner-evaluate"), f"run={work}/one"], work).stdout
     assert "top1" in evaluated  # the other commands' console scripts, from the wheel's runner/conf too
+    # The old name still runs, after one line on stderr.
+    old = run([str(bin_dir / "msrun-evaluate"), f"run={work}/one"], work)
+    assert "top1" in old.stdout
+    assert "msrun-evaluate is deprecated and will be removed in the next release: use runner-evaluate." in old.stderr
     if shutil.which("g++"):  # model.conv=onednn compiles from the wheel's own copy of its source and headers
         build = "from runner.models import onednn; print(onednn.SOURCE); print(onednn.library())"
         env = {**clean_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -107,9 +164,9 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
 
     # Hydra's tab completion answers for the console script (it cannot for `python -m`).
     comp = subprocess.run(
-        [str(bin_dir / "msrun-train"), "-sc", "query=bash"],
+        [str(bin_dir / "runner-train"), "-sc", "query=bash"],
         cwd=work,
-        env={**clean_env(), "COMP_LINE": "msrun-train amp=o", "COMP_POINT": "20"},
+        env={**clean_env(), "COMP_LINE": "runner-train amp=o", "COMP_POINT": str(len("runner-train amp=o"))},
         capture_output=True,
         text=True,
     )

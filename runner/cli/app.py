@@ -2,8 +2,8 @@
 (pyproject.toml `[project.scripts]`) and `python -m runner` both start here.
 
 A runner app is a module with a `@hydra.main(config_path="pkg://runner.conf", ...)` function `main` and one line
-`cli = entry_point(main)`; its console script is one line in pyproject.toml (`msrun-<name> =
-"runner.<module>:cli"`), and Hydra's shell completion works for it like for `msrun-train`.
+`cli = entry_point(main)`; its console script is one line in pyproject.toml (`runner-<name> =
+"runner.<module>:cli"`), and Hydra's shell completion works for it like for `runner-train`.
 `python -m runner.<module>` runs the same `cli()`.
 """
 
@@ -65,7 +65,7 @@ def entry_point(task, *checks):
         except KeyboardInterrupt:
             quiet_interrupt()
         except BrokenPipeError:
-            # `msrun-train --help | head`: the reader is gone. As a SIGPIPE'd Unix tool: exit 141, quietly;
+            # `runner-train --help | head`: the reader is gone. As a SIGPIPE'd Unix tool: exit 141, quietly;
             # stdout goes to /dev/null first, or the interpreter's final flush raises it again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(141)
