@@ -160,7 +160,7 @@ def evaluate(app) -> dict:
     write_json(os.path.join(out_dir, "metrics.json"), metrics)
     top5 = f" | top5 {result['top5']:.4f}" if result["top5"] is not None else ""
     print(
-        f"top1 {result['top1']:.4f}{top5} | loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
+        f"top1 {result['top1']:.4f}{top5} | val_loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
         f"{os.path.basename(ckpt['path'])} {level} on {target} | outputs: {out_dir}",
         flush=True,
     )

@@ -363,7 +363,8 @@ def compose_like_hydra(task, argv):
                 RunMode.MULTIRUN if args.multirun else RunMode.RUN,
                 validate_sweep_overrides=False,
             )
-        except COMPOSE_ERRORS:
+        except COMPOSE_ERRORS as e:
+            check_package_header(e)
             return []
         configs.append(base)
         multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
@@ -378,6 +379,19 @@ def compose_like_hydra(task, argv):
     finally:
         GlobalHydra.instance().clear()
     return configs
+
+
+def check_package_header(error: Exception) -> None:
+    """Raise ConfigError with the fix when a group's file put its keys under the group's name: an experiment
+    file without `# @package _global_` ("In 'experiment/mine': ... Key 'experiment' not in 'Config'")."""
+    found = re.search(r"In '(\w+)/([\w/.-]+)': .*?Key '(\w+)' not in '\w+'", str(error), re.S)
+    if found and found.group(1) == found.group(3):
+        group, name = found.group(1), found.group(2)
+        raise ConfigError(
+            f"{group}/{name}.yaml puts its keys under `{group}:`, which the configuration does not have. A file "
+            f"that sets top-level keys (as an experiment does) starts with the line `# @package _global_` "
+            f"(see conf/{group}/ in the runner, or `runner-configs cp {group}/<option>` for a copy to edit)."
+        ) from None
 
 
 def check_config(task, argv) -> None:

@@ -35,10 +35,10 @@ def claim(cfg, run_dir: str, overrides) -> bool:
             f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
             "choose another hydra.run.dir."
         )
-    stale = os.path.join(run_dir, resume_config.RECORD)
     if source is None or not (has_checkpoint(os.path.join(source, "checkpoints")) or _complete(source)):
-        if os.path.exists(stale):
-            os.remove(stale)
+        for record in (resume_config.RECORD, resume_config.HISTORY):  # a fresh start has no resume to record
+            if os.path.exists(os.path.join(run_dir, record)):
+                os.remove(os.path.join(run_dir, record))
         return False
     changes = resume_config.check(cfg, source, run_dir, overrides)
     # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.

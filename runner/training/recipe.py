@@ -113,6 +113,9 @@ def run(cfg) -> Optional[RunMetrics]:
 
     None when a resumed run had nothing left to do (it was complete already).
     """
+    from runner.report.outputs import watch_warnings
+
+    watch_warnings()  # repeated under the summary line: on a terminal they scroll past
     run_dir = HydraConfig.get().runtime.output_dir
     if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
         return None
@@ -437,7 +440,7 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
             from runner.rundir.atomic import save_checkpoint
 
             save_checkpoint(p.net, m.checkpoint)
-        outputs.finish(m, p.logger)
+        outputs.finish(m, p.logger, advise=not o.failure)  # no advice on how to speed up a failed run
         if not o.failure:
             from runner.rundir.atomic import write_json
 
@@ -449,5 +452,5 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         ) from None
     if o.failure:
         raise o.failure
-    print(outputs.summary_line(m), flush=True)
+    print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
     return m
