@@ -110,7 +110,9 @@ class Validation(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        results = cb.get("eval_results")
+        from runner.report.accuracy import flat
+
+        results = flat(cb.get("eval_results"))
         if not results or self.skip():
             return
         step = self.start_step + int(cb.cur_step_num)
@@ -288,7 +290,9 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse:
     last = watch.validation.last() if reuse and not (record and record.get("restored")) else {}
     if last:
         return last, record
-    return trainer.evaluator.eval(val_data, dataset_sink_mode=False), record
+    from runner.report.accuracy import flat
+
+    return flat(trainer.evaluator.eval(val_data, dataset_sink_mode=False)), record
 
 
 def best_record(checkpointer, steps_per_epoch: int) -> Optional[dict]:
