@@ -66,19 +66,20 @@ def evaluate(app) -> dict:
     from runner.report.accuracy import scores
     from runner.report.outputs import versions
     from runner.report.plots import confusion_plot
-    from runner.rundir import saved_run as lifecycle
+    from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
+    from runner.rundir.layout import RunDir
 
     out_dir = HydraConfig.get().runtime.output_dir
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    saved = lifecycle.open_run(app.run, app.ckpt, lifecycle.load_config(app.run, app.data), app.batch_size)
+    saved = saved_run.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
-    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
-    names = lifecycle.class_names(data, logits.shape[1])
+    names = saved_run.class_names(data, logits.shape[1])
     result = scores(logits, labels, names)
-    trained = os.path.join(app.run, "metrics.json")
+    trained = RunDir(app.run).metrics
     train_acc = None
     if os.path.isfile(trained):
         import json
@@ -103,7 +104,7 @@ def evaluate(app) -> dict:
     }
     title = f"{cfg.model.name} on {metrics['data']} val: top-1 {result['top1']:.4f} ({os.path.basename(ckpt['path'])})"
     metrics["plot"] = confusion_plot(result["confusion"], os.path.join(out_dir, "confusion.png"), title)
-    write_json(os.path.join(out_dir, "metrics.json"), metrics)
+    write_json(RunDir(out_dir).metrics, metrics)
     top5 = f" | top5 {result['top5']:.4f}" if result["top5"] is not None else ""
     print(
         f"top1 {result['top1']:.4f}{top5} | loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "

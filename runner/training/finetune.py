@@ -21,20 +21,21 @@ def source_path(init_from: str) -> str:
     if os.path.isfile(path):
         return path
     if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "model.ckpt")):
-            return os.path.join(path, "model.ckpt")
-        state = os.path.join(path, "checkpoints", "latest.json")
-        if os.path.isfile(state):
-            import json
+        from runner.rundir.layout import MODEL, STATE, RunDir, StateProblem, read_state
 
-            with open(state) as f:
-                s = json.load(f)
-            name = (s.get("best") or {}).get("file") or s["latest"]
-            return os.path.join(path, "checkpoints", name)
-        raise ConfigError(
-            f"init_from={init_from}: the directory {path} holds no model.ckpt and no checkpoints/latest.json; "
-            "name a .ckpt file or a finished run directory."
-        )
+        run = RunDir(path)
+        if os.path.isfile(run.model):
+            return run.model
+        if not os.path.exists(run.state):
+            raise ConfigError(
+                f"init_from={init_from}: the directory {path} holds no {MODEL} and no checkpoints/{STATE}; "
+                "name a .ckpt file or a finished run directory."
+            )
+        try:
+            state = read_state(run.checkpoints)
+        except StateProblem as e:
+            raise ConfigError(f"init_from={init_from}: {e}; name a .ckpt file instead.") from None
+        return run.checkpoint(state["best"]["file"]) if state.get("best") else state["path"]
     raise ConfigError(f"init_from={init_from}: {path} does not exist; name a .ckpt file or a run directory.")
 
 
