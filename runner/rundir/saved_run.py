@@ -198,6 +198,11 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
     import mindspore as ms
 
     own = {p.name: p for p in net.get_parameters()}
+    averaged = cfg.ema.decay > 0 and all(f"ema.{n}" in params for n in own)
+    if averaged:
+        # A resumable checkpoint of a run with ema.decay: its weights are the average (ema.*), as the
+        # run's model.ckpt and its evaluation are, not the raw weights of the step.
+        params = {**params, **{n: params[f"ema.{n}"] for n in own}}
     missing = [n for n in own if n not in params]
     wrong = [
         f"{n} {tuple(own[n].shape)} in the network, {tuple(params[n].shape)} in the checkpoint"
@@ -216,7 +221,7 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
             "pass the run directory the checkpoint was trained in."
         )
     ms.load_param_into_net(net, {n: params[n] for n in own}, strict_load=True)
-    return {"path": os.path.abspath(path), "parameters": len(own)}
+    return {"path": os.path.abspath(path), "parameters": len(own), "ema": averaged}
 
 
 @dataclass
