@@ -72,7 +72,7 @@ class Parts:
 class Outcome:
     """What training produced."""
 
-    val: dict  # runner.report.accuracy.evaluation_metrics's keys, or {}
+    val: dict  # runner.report.accuracy.flat(...)'s keys, or {}
     losses: np.ndarray  # loss per step call, across resumes
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
