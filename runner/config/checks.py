@@ -311,6 +311,11 @@ def _optim_problems(cfg):
         yield f"optim.eps must be positive, got {o.eps}"
     if o.weight_decay < 0:
         yield f"optim.weight_decay must be at least 0, got {o.weight_decay}"
+    if not o.filter_bias_and_bn and o.weight_decay == 0:
+        yield (
+            "optim.filter_bias_and_bn=false has no effect with optim.weight_decay=0 (nothing is decayed); "
+            "set a weight decay or drop it"
+        )
     if o.nesterov and o.momentum == 0:
         yield "optim.nesterov=true needs optim.momentum above 0"
     if kind in ("step", "multistep", "exponential") and not 0 < o.gamma <= 1:
