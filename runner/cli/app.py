@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from hydra_plugins.runner_launcher import isolated_launcher
+from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
 from runner.errors import print_user_error, user_errors
 
 _interrupted = False
@@ -60,6 +60,7 @@ def entry_point(task, *checks):
         # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
         # install maps packages with an import hook instead, so the launcher is registered by hand.
         Plugins.instance().register(isolated_launcher.IsolatedLauncher)
+        Plugins.instance().register(optuna_sweeper.OptunaSweeper)
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
         # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
         # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
