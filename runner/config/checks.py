@@ -86,6 +86,7 @@ USES = {
         {
             "none": set(),
             "basic": set(),
+            "imagenet": set(),
             "randaugment": {"randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins"},
             "autoaugment": {"autoaugment_policy"},
             "trivialaugment": {"num_magnitude_bins"},
@@ -246,6 +247,9 @@ def _augment_problems(cfg):
     yield from within("augment.affine_translate", a.affine_translate, 0, 1)
     yield from within("augment.affine_scale", a.affine_scale, 0, 1, hi_open=True)
     yield from within("augment.erasing_prob", a.erasing_prob, 0, 1)
+    yield from within("augment.color_jitter", a.color_jitter, 0, 1)
+    yield from within("augment.color_jitter_hue", a.color_jitter_hue, 0, 0.5)
+    yield from _resized_crop_problems(cfg)
     yield from within("augment.randaugment_num_ops", a.randaugment_num_ops, 0, float("inf"))
     yield from within("augment.num_magnitude_bins", a.num_magnitude_bins, 2, float("inf"))
     yield from within("augment.randaugment_magnitude", a.randaugment_magnitude, 0, a.num_magnitude_bins, hi_open=True)
@@ -266,6 +270,39 @@ def _augment_problems(cfg):
             f"augment.hflip=true mirrors images, but data={cfg.data.name} is declared not mirrorable "
             "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
             "data.mirrorable=true if mirrored images keep their labels"
+        )
+    if a.color_jitter_hue and cfg.data.channels == 1:
+        yield (
+            f"augment.color_jitter_hue={a.color_jitter_hue} does nothing to gray images (data.channels=1); remove it"
+        )
+
+
+def _resized_crop_problems(cfg):
+    a = cfg.augment
+    scale, ratio = list(a.crop_scale), list(a.crop_ratio)
+    if not a.resized_crop:
+        defaults = AugmentConfig()
+        unused = [
+            f"augment.{k}={v}"
+            for k, v, d in (("crop_scale", scale, defaults.crop_scale), ("crop_ratio", ratio, defaults.crop_ratio))
+            if v != list(d)
+        ]
+        if unused:
+            yield f"{', '.join(unused)} does nothing without augment.resized_crop=true; set it, or remove them"
+        return
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+        yield f"augment.crop_scale is [min, max] area shares with 0 < min <= max <= 1, got {scale}"
+    if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+        yield f"augment.crop_ratio is [min, max] aspect ratios (width/height) with 0 < min <= max, got {ratio}"
+    if cfg.padding.name != "fixed":
+        yield (
+            "augment.resized_crop=true resizes every crop to one input size, which needs padding=fixed "
+            f"(padding={cfg.padding.name} keeps each image's own size)"
+        )
+    if a.crop_padding > 0:
+        yield (
+            f"augment.resized_crop=true and augment.crop_padding={a.crop_padding} are two random crops of "
+            "one image; keep one (set augment.crop_padding=0 for the ImageNet-style crop)"
         )
 
 
