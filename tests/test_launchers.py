@@ -1,5 +1,6 @@
 """Hydra launchers and sweepers from their plugin packages, driving the real runner."""
 
+import csv
 import subprocess
 import sys
 
@@ -42,3 +43,30 @@ def test_sweep_through_launcher(tmp_path, launcher):
     assert seeds == [0, 1]
     if launcher == "submitit_local":
         assert (tmp_path / ".submitit").is_dir()
+
+
+def optuna_sweep(tmp_path, *overrides):
+    proc = run_cli(tmp_path, "hydra/sweeper=optuna_accuracy", *overrides, multirun=True, check=False)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "alembic" not in out, out[-3000:]
+    statuses = [row["status"] for row in csv.DictReader(open(tmp_path / "summary.csv"))]
+    return proc, out, statuses
+
+
+def test_optuna_dry_run_validates_its_trials(tmp_path):
+    proc, out, statuses = optuna_sweep(
+        tmp_path, "hydra.sweeper.n_trials=2", "optim.lr=interval(0.02,0.2)", "dry_run=true"
+    )
+    assert proc.returncode == 0, out[-3000:]
+    assert statuses == ["validated", "validated"]
+    assert "2 of 2 Optuna trials validated; nothing was searched" in out
+    assert not (tmp_path / "optimization_results.yaml").exists()  # no search, no "best" trial
+
+
+@pytest.mark.slow
+def test_optuna_sweep_with_only_failed_trials_ends_with_its_summary(tmp_path):
+    # A failed job returns NaN, which Optuna 4 refuses with an exception: the search used to end there.
+    proc, out, statuses = optuna_sweep(tmp_path, "hydra.sweeper.n_trials=1", "optim.lr=interval(-0.2,-0.1)")
+    assert proc.returncode == 1, out[-3000:]
+    assert statuses == ["failed"] and "optim.lr must be positive" in out
+    assert "No Optuna trial completed" in out
