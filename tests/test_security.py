@@ -115,11 +115,7 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
             ],
             "hydra.callbacks.x._target_='runner.training.distributed.shutil.copyfile'",
         ),
-        # The foreign value hides in the second value of a sweep.
-        (
-            ["-m", "+hydra.callbacks.x._target_=runner.report.sweep.SweepSummary,shutil.copyfile"],
-            "hydra.callbacks.x._target_='shutil.copyfile'",
-        ),
+        # (A foreign value in one combination of a sweep: test_every_combination_of_a_sweep_is_checked.)
         (["hydra/launcher=basic", "hydra.launcher._target_=shutil.copyfile"], "hydra.launcher._target_"),
         # Hydra's own blocklist would stop this one with a traceback; the refusal is the same paragraph.
         (
@@ -202,3 +198,125 @@ def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
         preflight(main, ["amp=o2"])
     monkeypatch.undo()
     preflight(main, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config
+
+
+# ---------------------------------------------------------------------------------------------------
+# In process: the pre-flight check on what Hydra will compose, resolve and run.
+
+
+def preflight_refuses(tmp_path, *argv, match):
+    """preflight() on argv (with an experiment dir at tmp_path/extra) raises ConfigError matching `match`."""
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        preflight(main, ["--config-dir", str(tmp_path / "extra"), *argv])
+
+
+def experiment(tmp_path, name: str, text: str) -> str:
+    (tmp_path / "extra" / "experiment").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "extra" / "experiment" / f"{name}.yaml").write_text("# @package _global_\n" + text)
+    return f"+experiment={name}"
+
+
+def test_a_node_decoded_from_text_is_checked_as_the_dict_it_becomes(tmp_path, marker):
+    # oc.decode returns a plain dict, not a DictConfig: the check walks the resolved config.
+    node = f"'${{oc.decode:\"{{_target_: shutil.copyfile, src: /etc/hostname, dst: {marker}}}\"}}'"
+    exp = experiment(tmp_path, "x", f"hydra:\n  callbacks:\n    x: {node}\n")
+    preflight_refuses(
+        tmp_path, exp, f"hydra.run.dir={tmp_path / 'r'}", match=r"hydra.callbacks.x._target_='shutil.copyfile'"
+    )
+
+
+def test_hydra_values_resolve_as_at_run_time_and_what_cannot_resolve_is_refused(tmp_path, marker):
+    # ${hydra:...} resolves at run time to a FileHandler written into an env_set value (of an allowed name).
+    handler = "{class: logging.FileHandler, filename: " + str(marker) + ", mode: w}"
+    exp = experiment(
+        tmp_path, "x", "hydra:\n  job_logging:\n    handlers:\n      x: ${oc.decode:${hydra:job.env_set.GLOG_v}}\n"
+    )
+    run = f"hydra.run.dir={tmp_path / 'r'}"
+    preflight_refuses(
+        tmp_path,
+        exp,
+        run,
+        f"+hydra.job.env_set.GLOG_v='{handler}'",
+        match=r"hydra.job_logging.handlers.x=.*FileHandler",
+    )
+    # A hydra.* value that cannot be resolved before Hydra runs cannot be checked: refused, not skipped.
+    exp = experiment(
+        tmp_path, "y", "hydra:\n  callbacks:\n    x:\n      _target_: ${oc.decode:${oc.env:NO_SUCH_VARIABLE_19}}\n"
+    )
+    preflight_refuses(tmp_path, exp, run, match=r"hydra.callbacks.x._target_ cannot be resolved before Hydra runs")
+
+
+def test_every_combination_of_a_sweep_is_checked(tmp_path):
+    # Only seed=1 with epochs=3 picks the foreign entry (index "13"); each value alone, with the other at
+    # its default (seed 0, epochs 12), picks an allowed one.
+    table = ["runner.report.sweep.SweepSummary"] * 13 + ["shutil.copyfile"]
+    exp = experiment(
+        tmp_path,
+        "x",
+        f"amp:\n  keep_fp32: {table}\nhydra:\n  callbacks:\n    x:\n"
+        "      _target_: ${oc.select:amp.keep_fp32.${seed}${epochs},runner.report.sweep.SweepSummary}\n",
+    )
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    preflight_refuses(tmp_path, "-m", exp, "seed=1,2", "epochs=1,3", sweep, match=r"_target_='shutil.copyfile'")
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+
+    preflight(main, ["--config-dir", str(tmp_path / "extra"), "-m", exp, "seed=3,4", "epochs=1,2", sweep])
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "mindspore.common._utils.load_lib",  # loads any shared library
+        "mindspore.train.serialization.load_checkpoint",  # "defined in MindSpore" is not a reason
+        "runner.training.recipe.run",  # nor is "defined in the runner"
+        "optuna.samplers._tpe.sampler.TPESampler",  # another path to an allowed class
+    ],
+)
+def test_only_the_listed_callables_may_be_named(tmp_path, target):
+    from runner.cli.preflight import ALLOWED_TARGETS
+
+    assert all(reason for reason in ALLOWED_TARGETS.values())
+    experiment(tmp_path, "unused", "")
+    preflight_refuses(
+        tmp_path,
+        f"+hydra.callbacks.x._target_={target}",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        match=f"_target_='{target}'",
+    )
+
+
+@pytest.mark.parametrize("name", ["CXX", "CPATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "P", "LD_PRELOAD"])
+def test_env_set_takes_only_harmless_names(tmp_path, name):
+    experiment(tmp_path, "unused", "")
+    run = f"hydra.run.dir={tmp_path / 'r'}"
+    preflight_refuses(tmp_path, f"+hydra.job.env_set.{name}=x", run, match=f"hydra.job.env_set.{name}='x' is refused")
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+
+    preflight(main, ["+hydra.job.env_set.OMP_NUM_THREADS=2", run])
+
+
+@pytest.mark.parametrize(
+    "module,args,message",
+    [
+        ("runner.__main__", ["sink.sink_sise=4"], "Could not override 'sink.sink_sise'"),
+        ("runner.__main__", ["a=${"], "Error parsing override 'a=\\$\\{'"),
+        ("runner.evaluate", ["run=a,b"], "Ambiguous value for argument 'run=a,b'"),
+        ("runner.__main__", ["--config-dir", "/no/such/dir"], "--config-dir '/no/such/dir' is not a directory"),
+    ],
+)
+def test_hydras_own_composition_errors_are_the_users_mistake(module, args, message):
+    # Raised as ConfigError (one paragraph, exit 2: tests/test_config.py runs the CLI), not Hydra's exit 1.
+    import importlib
+
+    from runner.cli.preflight import preflight
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as e:
+        preflight(importlib.import_module(module).main, args)
+    assert "\n" not in str(e.value)
