@@ -130,6 +130,17 @@ def freeze(net, patterns) -> dict:
     from runner.amp.fp32_islands import match_cells
 
     cells = match_cells(net, list(patterns), option="optim.freeze")
+    # A pattern whose cells hold no parameter (activations, pooling: `*relu`) would freeze nothing, silently.
+    empty = [
+        p
+        for p in patterns
+        if not any(True for _, c in match_cells(net, [p], "optim.freeze") for _ in c.get_parameters())
+    ]
+    if empty:
+        raise ConfigError(
+            f"optim.freeze={list(patterns)}: {empty} select(s) only cells without parameters (activations, pooling), "
+            "so it would freeze nothing. Name the cells that hold weights, e.g. stem, layer1 or layer1.0.conv1."
+        )
     count = 0
     for _, cell in cells:
         for p in cell.get_parameters():
