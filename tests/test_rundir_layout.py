@@ -29,7 +29,8 @@ GOOD = {"latest": "step_00000010.ckpt", "global_step": 10, "best": {"file": "ste
         ("[1, 2]", "a JSON list, not an object"),
         ({"global_step": 10}, "unreadable (KeyError"),
         ({"latest": "step_00000010.ckpt", "global_step": "ten"}, "unreadable (ValueError"),
-        ({**GOOD, "best": "step_00000010.ckpt"}, "its best record has no file"),
+        ({**GOOD, "best": "step_00000010.ckpt"}, "its best record is not an object"),
+        ({**GOOD, "latest": "../step_00000010.ckpt"}, "are not file names"),
         ({**GOOD, "latest": "step_00000020.ckpt"}, "names step_00000020.ckpt, which is missing"),
     ],
 )

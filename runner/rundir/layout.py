@@ -118,7 +118,8 @@ def read_state(ckpt_dir: str) -> dict:
     """latest.json of ckpt_dir, with `path` (the latest checkpoint's full path) added.
 
     Raises StateProblem when it is missing, not a JSON object with `latest` and `global_step`, names a
-    missing file, or records a `best` without a file: each caller decides what that means for it
+    missing file or anything but a file name, or records a `best` without a file: each caller decides
+    what that means for it
     (resume falls back to the newest intact step file, ckpt=/init_from= refuse).
     """
     path = os.path.join(ckpt_dir, STATE)
@@ -127,17 +128,22 @@ def read_state(ckpt_dir: str) -> dict:
             state = json.load(f)
         if not isinstance(state, dict):
             raise TypeError(f"a JSON {type(state).__name__}, not an object")
-        state["path"] = os.path.join(ckpt_dir, str(state["latest"]))
-        state["global_step"] = int(state["global_step"])
         best = state.get("best")
-        if best is not None and not (isinstance(best, dict) and isinstance(best.get("file"), str)):
-            raise TypeError("its best record has no file")
+        if best is not None and not isinstance(best, dict):
+            raise TypeError("its best record is not an object")
+        names = [state["latest"]] + ([best["file"]] if best else [])
+        # Plain file names in checkpoints/ only: a hand-edited "../../x.ckpt" must not reach outside it.
+        if not all(isinstance(n, str) and n and os.path.basename(n) == n for n in names):
+            raise ValueError(f"checkpoint names {names} are not file names")
+        state["path"] = os.path.join(ckpt_dir, state["latest"])
+        if not os.path.isfile(state["path"]):
+            raise StateProblem(f"{path} names {state['latest']}, which is missing")
+        state["global_step"] = int(state["global_step"])
     except FileNotFoundError:
         raise StateProblem(f"{path} is missing") from None
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise StateProblem(f"{path} is unreadable ({type(e).__name__}: {e})") from None
-    if not os.path.isfile(state["path"]):
-        raise StateProblem(f"{path} names {state['latest']}, which is missing")
+        detail = " ".join(str(e).split())[:120]
+        raise StateProblem(f"{path} is unreadable ({type(e).__name__}: {detail})") from None
     return state
 
 

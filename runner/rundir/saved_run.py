@@ -100,21 +100,22 @@ def load_config(run_dir: str, data_overrides=None):
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     from runner.config.checks import validate
+    from runner.rundir.resume_check import read_saved_config
 
     path = config_path(run_dir)
+    saved = read_saved_config(path)
     try:
-        saved = OmegaConf.load(path)
-        body = {k: v for k, v in OmegaConf.to_container(saved).items() if k not in ("defaults", "hydra")}
+        body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)
-    except (OmegaConfBaseException, ValueError, OSError) as e:  # YAML errors are ValueErrors too
+        if data_overrides is not None:
+            changes = {k: v for k, v in OmegaConf.to_container(data_overrides).items() if v is not None}
+            cfg = OmegaConf.merge(cfg, {"data": changes})
+        validate(cfg)
+    except (OmegaConfBaseException, ValueError) as e:  # a value missing, of another type, or unknown
         raise ConfigError(
-            f"{path} cannot be read as a runner configuration ({str(e).splitlines()[0].strip()}); "
+            f"{path} cannot be read as a runner configuration ({' '.join(str(e).split())[:200]}); "
             "was it written by this version of the runner?"
         ) from None
-    if data_overrides is not None:
-        changes = {k: v for k, v in OmegaConf.to_container(data_overrides).items() if v is not None}
-        cfg = OmegaConf.merge(cfg, {"data": changes})
-    validate(cfg)
     return cfg
 
 
@@ -168,7 +169,12 @@ def checkpoint_path(run_dir: str, ckpt: str) -> str:
             return state["path"]
         if not state.get("best"):
             raise ConfigError(f"ckpt=best: {run.state} records no best checkpoint. {_available(run)}")
-        return run.checkpoint(state["best"]["file"])
+        best = run.checkpoint(state["best"]["file"])
+        if not os.path.isfile(best):
+            raise ConfigError(
+                f"ckpt=best: {run.state} names {state['best']['file']}, which is missing. {_available(run)}"
+            )
+        return best
     for cand in (ckpt, os.path.join(run_dir, ckpt), run.checkpoint(ckpt)):
         if os.path.isfile(cand):
             return cand
@@ -220,8 +226,53 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
             f"{cfg.data.channels} input channel(s)): {' and '.join(what)}. Use a checkpoint of this run, or "
             "pass the run directory the checkpoint was trained in."
         )
-    ms.load_param_into_net(net, {n: params[n] for n in own}, strict_load=True)
+    values = usable_weights({n: params[n] for n in own}, own, path)
+    ms.load_param_into_net(net, values, strict_load=True)
     return {"path": os.path.abspath(path), "parameters": len(own), "ema": averaged}
+
+
+EVALUATE_HINT = "Use another checkpoint of the run (ckpt=last|best|final, or a step_*.ckpt in its checkpoints/)."
+
+
+def _nptype(param):
+    import mindspore as ms
+    import numpy as np
+
+    return np.dtype(ms.dtype_to_nptype(param.dtype))
+
+
+def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT) -> dict:
+    """values (name -> the checkpoint's tensor) in the dtypes of own (name -> the network's Parameter).
+
+    Refused (ConfigError naming the parameters): NaN or infinity anywhere, as resume refuses it (a result
+    of such a model is no result), and integer or boolean data where the network holds floats. Floats of
+    another width (a float16 checkpoint of a float32 network) are cast, as MindSpore's own loader would
+    fail on them with a traceback.
+    """
+    import mindspore as ms
+    import numpy as np
+
+    from runner.training.checkpoints import nonfinite_params
+
+    arrays = {n: v.asnumpy() for n, v in values.items()}
+    nonfloat = [
+        f"{n} ({a.dtype})"
+        for n, a in arrays.items()
+        if np.issubdtype(_nptype(own[n]), np.floating) and not np.issubdtype(a.dtype, np.floating)
+    ]
+    bad = nonfinite_params(values)
+    if nonfloat or bad:
+        what = f"{len(bad)} parameter(s) hold NaN or infinity ({', '.join(bad[:3])})" if bad else ""
+        if nonfloat:
+            what += (" and " if what else "") + f"{len(nonfloat)} hold non-float data ({', '.join(nonfloat[:3])})"
+        raise ConfigError(
+            f"{path} cannot be used: {what}; a model with such weights gives no meaningful result. {hint}"
+        )
+    out = {}
+    for n, a in arrays.items():
+        want = _nptype(own[n])
+        out[n] = ms.Parameter(ms.Tensor(a.astype(want)), name=n) if a.dtype != want else values[n]
+    return out
 
 
 @dataclass
