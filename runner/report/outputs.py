@@ -10,6 +10,7 @@ from importlib import metadata
 from omegaconf import OmegaConf
 
 from runner.report.metrics import RunMetrics
+from runner.rundir.layout import RunDir
 
 log = logging.getLogger("runner")
 
@@ -34,10 +35,8 @@ def write_config(run_dir: str, cfg) -> str:
     new directory); what the resume changed goes to history.json (runner/rundir/resume_check.py). So the
     saved config re-runs to the same result whatever the run's history, and holds no `resume`.
     """
-    from runner.rundir.resume_check import HISTORY
-
-    path = os.path.join(run_dir, "config.yaml")
-    if os.path.exists(os.path.join(run_dir, HISTORY)) and os.path.exists(path):  # this run resumed
+    path = RunDir(run_dir).config
+    if os.path.exists(RunDir(run_dir).history) and os.path.exists(path):  # this run resumed
         return path
     body = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     body["resume"] = None  # how the run came to be is history, not configuration
@@ -107,7 +106,7 @@ def finish(m: RunMetrics, logger, advise: bool = True) -> None:
     if advise and not _in_sweep():
         for note in m.advice:
             log.info("note: %s", note)
-    artifacts = [os.path.join(m.run_dir, n) for n in ("config.yaml", "metrics.json")] + [m.plot]
+    artifacts = [RunDir(m.run_dir).config, RunDir(m.run_dir).metrics, m.plot]
     logger.finish(m, artifacts)
 
 

@@ -8,15 +8,14 @@ applied: the learning-rate schedule is rebuilt from the new config on every star
 not load the stored one), so more epochs or an explicit optim.lr=... take effect from the resumed step.
 """
 
-import glob
 import json
 import logging
 import os
-import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from runner.config.tree import flat
 from runner.errors import ConfigError
+from runner.rundir import layout
 
 log = logging.getLogger("runner")
 
@@ -46,12 +45,9 @@ CHANGEABLE = (
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
 IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
-RECORD = "resume.json"  # in the run directory: what the last resume changed
-# In the run directory: every resume of the run, in order ({"from", "changes"} each). config.yaml stays the
-# configuration the run started with, so re-running it gives the same result whatever happened since;
-# the run's current settings are config.yaml with these changes applied (current()).
-HISTORY = "history.json"
-STATE = "latest.json"  # in <run>/checkpoints: the latest resumable checkpoint (runner/training/checkpoints.py)
+# history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes"} each). config.yaml
+# stays the configuration the run started with, so re-running it gives the same result whatever happened
+# since; the run's current settings are config.yaml with these changes applied (current()).
 
 # Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
 
@@ -75,20 +71,9 @@ def resume_source(resume, run_dir: str) -> Optional[str]:
     path = os.path.abspath(str(resume))
     if os.path.isfile(path):
         path = os.path.dirname(path)
-    if os.path.basename(path) == "checkpoints":
+    if os.path.basename(path) == layout.CHECKPOINTS:
         path = os.path.dirname(path)
-    return path if os.path.isfile(os.path.join(path, "config.yaml")) else None
-
-
-def has_checkpoint(ckpt_dir: str) -> bool:
-    """Whether ckpt_dir holds latest.json or any step_*.ckpt."""
-    return os.path.exists(os.path.join(ckpt_dir, STATE)) or bool(step_files(ckpt_dir))
-
-
-def step_files(ckpt_dir: str) -> List[str]:
-    """step_*.ckpt files in ckpt_dir, newest (highest step) first."""
-    names = [os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(ckpt_dir), "step_*.ckpt"))]
-    return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
+    return path if os.path.isfile(layout.RunDir(path).config) else None
 
 
 def _under(key: str, prefixes: Iterable[str]) -> bool:
@@ -137,12 +122,36 @@ def _with_defaults(saved: dict) -> dict:
         return saved
 
 
+def read_saved_config(path: str) -> dict:
+    """A run's saved config.yaml as a plain dict (interpolations unresolved); a ConfigError naming the
+    file when it is not YAML, empty, or not a mapping of settings (evaluate, predict, export, resume)."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError, OSError, UnicodeDecodeError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise ConfigError(
+            f"{path} cannot be read as a runner configuration ({type(e).__name__}: {detail}); it is the run's saved "
+            "configuration, written when the run started: restore it, or pass another run."
+        ) from None
+    if not isinstance(saved, dict) or not saved:
+        what = "is empty" if not saved else f"holds a {type(saved).__name__}, not a mapping of settings"
+        raise ConfigError(
+            f"{path} {what}; it is the run's saved configuration, written when the run started: restore it, "
+            "or pass another run."
+        )
+    return saved
+
+
 def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[str, list]:
     """Refuse a resume whose configuration differs from the saved one where it cannot; return and
     record (run_dir/resume.json) what changes are applied."""
     from omegaconf import OmegaConf
 
-    path = os.path.join(source_dir, "config.yaml")
+    path = layout.RunDir(source_dir).config
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
@@ -172,15 +181,15 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
         import shutil
 
         os.makedirs(run_dir, exist_ok=True)
-        shutil.copyfile(path, os.path.join(run_dir, "config.yaml"))
-    write_json(os.path.join(run_dir, HISTORY), history + [{"from": source_dir, "changes": changes}])
-    write_json(os.path.join(run_dir, RECORD), {"from": source_dir, "changes": changes})
+        shutil.copyfile(path, layout.RunDir(run_dir).config)
+    write_json(layout.RunDir(run_dir).history, history + [{"from": source_dir, "changes": changes}])
+    write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
     return changes
 
 
 def _history(run_dir: str) -> list:
     try:
-        with open(os.path.join(run_dir, HISTORY)) as f:
+        with open(layout.RunDir(run_dir).history) as f:
             return list(json.load(f))
     except (OSError, ValueError):
         return []
@@ -188,9 +197,7 @@ def _history(run_dir: str) -> list:
 
 def current(run_dir: str) -> dict:
     """The run's configuration now (as a plain dict): its config.yaml with every resume's changes applied."""
-    from omegaconf import OmegaConf
-
-    body = OmegaConf.to_container(OmegaConf.load(os.path.join(run_dir, "config.yaml")), resolve=False)
+    body = read_saved_config(layout.RunDir(run_dir).config)
     for entry in _history(run_dir):
         for key, (_, new) in entry.get("changes", {}).items():
             node = body
@@ -204,7 +211,7 @@ def current(run_dir: str) -> dict:
 def recorded(run_dir: str) -> Dict[str, list]:
     """The changes the resume of this run applied (resume.json), {} when there is none."""
     try:
-        with open(os.path.join(run_dir, RECORD)) as f:
+        with open(layout.RunDir(run_dir).resume_record) as f:
             return json.load(f).get("changes", {})
     except (OSError, ValueError):
         return {}
