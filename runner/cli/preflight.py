@@ -441,6 +441,8 @@ def _preflight(task, argv) -> None:
         args = get_args_parser().parse_args(argv)
     except SystemExit:
         return  # argparse printed its usage; Hydra will do the same
+    if args.shell_completion:
+        return  # `-sc install=bash`: its arguments are the completion's, not overrides; nothing runs
     check_split_values(args.overrides)
     configs = compose_like_hydra(task, argv)
     for cfg, num, multirun in configs:

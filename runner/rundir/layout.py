@@ -1,7 +1,8 @@
 """Every file name of a run directory, and the readers of its records: the one place either is spelled.
 
 A run directory holds, from the top: config.yaml (re-runnable), metrics.json, model.ckpt (the final
-weights), last_good.ckpt (after a NaN stop), loss_scale.csv, resume.json (what the last resume changed), history.json (every resume),
+weights), last_good.ckpt (after a NaN stop), loss_scale.csv, resume.json (what the last resume changed),
+history.json (every resume),
 .runner.complete (written last), rank_logs/ (data parallel), and checkpoints/ with step_<N>.ckpt,
 latest.json (which one is the latest and the best) and val_curve.json. No MindSpore import here: the
 run directory is claimed before MindSpore loads.
