@@ -1,18 +1,15 @@
 """Hydra launchers and sweepers from their plugin packages, driving the real runner."""
 
 import csv
-import subprocess
-import sys
 
 import pytest
 import yaml
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import TINY, cli_in_process, metrics, run_cli
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
 def test_launcher_configs_compose(launcher):
-    cmd = [sys.executable, "-m", "runner", f"hydra/launcher={launcher}", "--cfg", "hydra"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = cli_in_process(f"hydra/launcher={launcher}", "--cfg", "hydra")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert launcher.split("_")[0] in yaml.safe_load(proc.stdout)["hydra"]["launcher"]["_target_"].lower()
 
@@ -46,7 +43,7 @@ def test_sweep_through_launcher(tmp_path, launcher):
 
 
 def optuna_sweep(tmp_path, *overrides):
-    proc = run_cli(tmp_path, "hydra/sweeper=optuna_accuracy", *overrides, multirun=True, check=False)
+    proc = cli_in_process("-m", f"hydra.sweep.dir={tmp_path}", "hydra/sweeper=optuna_accuracy", *overrides)
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out and "alembic" not in out, out[-3000:]
     statuses = [row["status"] for row in csv.DictReader(open(tmp_path / "summary.csv"))]

@@ -117,3 +117,53 @@ def test_latest_json_naming_a_missing_file_is_refused(tmp_path):
         saved_run.checkpoint_path(str(tmp_path), "last")
     with pytest.raises(ConfigError, match=r"names step_00000009.ckpt, which is missing"):
         source_path(str(tmp_path))
+
+
+def _predict(run_dir, input_dir, out_dir):
+    from omegaconf import OmegaConf
+
+    from runner.predict import PredictConfig, predict
+
+    out_dir.mkdir()
+    app = OmegaConf.structured(PredictConfig(run=str(run_dir), input=str(input_dir), topk=2, show=0))
+    return predict(app, str(out_dir))
+
+
+def test_predict_skips_and_lists_what_it_cannot_decode_and_never_opens_a_fifo(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from PIL import Image
+
+    fake_run(tmp_path / "run")
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("L", (8, 8), 100).save(images / "good.png")
+    Image.new("L", (8, 8), 50).save(os.fsdecode(bytes(images) + b"/caf\xe9.png"))  # a Latin-1 file name
+    os.mkfifo(images / "x.png")  # opening it would wait for a writer forever
+    Image.fromarray(np.ones((8, 8), np.float32), mode="F").save(images / "float.png", format="TIFF")
+    Image.new("L", (40, 40), 10).save(images / "bomb.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 1600 pixels: over twice the limit, PIL refuses it
+    signal.alarm(120)  # a hang fails the test instead of blocking the suite
+    try:
+        summary = _predict(tmp_path / "run", images, tmp_path / "out")
+    finally:
+        signal.alarm(0)
+    skipped = {os.path.basename(s["path"]): s["reason"] for s in summary["skipped"]}
+    assert sorted(skipped) == ["bomb.png", "float.png", "x.png"], skipped
+    assert "FIFO" in skipped["x.png"] and "decompression bomb" in skipped["bomb.png"]
+    assert "MindSpore's Decode cannot read this TIFF F image" == skipped["float.png"]
+    rows = (tmp_path / "out" / "predictions.csv").read_text(encoding="utf-8").splitlines()
+    assert summary["images"] == 2 and len(rows) == 3  # the header and both readable images
+    assert any(r.startswith(str(images / "caf\\xe9.png") + ",") for r in rows), rows
+
+
+def test_predict_refuses_an_input_that_is_a_fifo(tmp_path):
+    import os
+
+    from runner.errors import InputError
+    from runner.predict import find_images
+
+    os.mkfifo(tmp_path / "x.png")
+    with pytest.raises(InputError, match=r"x.png: not a regular file \(a FIFO\)"):
+        find_images(str(tmp_path / "x.png"))
