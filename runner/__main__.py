@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from runner.cli.app import entry_point, interrupted, quiet_interrupt
-from runner.config.checks import check_tools, validate
+from runner.config.checks import check_loggers, check_tools, validate
 from runner.config.schema import register
 from runner.errors import print_user_error, user_errors
 from runner.rundir.atomic import write_json
@@ -30,6 +30,7 @@ def main(cfg) -> Optional[float]:
     try:
         validate(cfg)  # once per process, before anything heavy
         check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
+        check_loggers(cfg)
         if cfg.dry_run:
             print("Configuration is valid (dry_run=true: nothing was trained).")
             return None

@@ -143,6 +143,17 @@ def read_saved_config(path: str) -> dict:
             f"{path} {what}; it is the run's saved configuration, written when the run started: restore it, "
             "or pass another run."
         )
+    return _upgraded(saved)
+
+
+def _upgraded(saved: dict) -> dict:
+    """A config saved by an earlier version, in today's shape: `logger` was one logger,
+    `{name: mlflow, tracking_uri: ..., experiment: ...}`; it is a list of them keyed by name now."""
+    logger = saved.get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("name"), str):
+        name = logger["name"]
+        settings = {k: v for k, v in logger.items() if k != "name" and v is not None} if name == "mlflow" else {}
+        saved = {**saved, "logger": {name: settings}}
     return saved
 
 

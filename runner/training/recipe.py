@@ -260,7 +260,9 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
         # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
         start["losses"] = guarding.trace.prior_losses()
     params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+    # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
+    loggers = cfg.logger if env.rank == 0 else {}
+    logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
     ckpt_dir = RunDir(env.run_dir).checkpoints
     # skip() is read during training only, once checkpointer and guarding exist.
@@ -362,6 +364,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
+    from runner.report.loggers import chosen
     from runner.rundir import resume_check
     from runner.training.optim import decay_record
     from runner.training.validation import best_record
@@ -414,6 +417,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         run_dir=env.run_dir,
         resumed_from=p.start.get("path"),
         resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
+        loggers=chosen(cfg.logger),
     )
 
 
