@@ -30,6 +30,9 @@ class EvaluateConfig:
     batch_size: Optional[int] = None  # None: the run's batch_size
     # true: at the AMP level the run validated with, so top-1 equals its val_accuracy; false: FP32 throughout
     amp: bool = True
+    # strict: refuse data whose class names differ from the run's (classes.json); by_name: map the data's
+    # labels to the network's outputs by name (the same classes in another order, or a subset of them)
+    classes: str = "strict"
     data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... (None = the run's)
 
 
@@ -61,6 +64,12 @@ def run_network(net, dataset):
     sizes = [len(y) for y in labels]
     logits, labels = np.concatenate(logits), np.concatenate(labels).astype(np.int64)
     return logits, labels, float(np.dot(losses, sizes) / len(labels)), float(np.mean(losses))
+
+
+def _cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-sample cross-entropy of FP32 logits (label smoothing aside, training's loss)."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    return np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(labels)), labels]
 
 
 def scores(logits: np.ndarray, labels: np.ndarray, names: list) -> dict:
@@ -117,20 +126,35 @@ def confusion_plot(confusion: dict, path: str, title: str) -> str:
     return path
 
 
-def evaluate(app) -> dict:
-    """Evaluate a checkpoint of app.run on its validation data; write and return the metrics."""
+def evaluate(app, out_dir: Optional[str] = None) -> dict:
+    """Evaluate a checkpoint of app.run on its validation data; write and return the metrics (into out_dir;
+    None: Hydra's output directory)."""
     from runner.report.outputs import versions
     from runner.rundir import saved_run as lifecycle
     from runner.rundir.atomic import write_json
 
-    out_dir = HydraConfig.get().runtime.output_dir
+    out_dir = out_dir or HydraConfig.get().runtime.output_dir
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
+    if str(app.classes) not in ("strict", "by_name"):
+        raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
+    recorded = lifecycle.recorded_classes(app.run)
     saved = lifecycle.open_run(app.run, app.ckpt, lifecycle.load_config(app.run, app.data), app.batch_size)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
+    mapping = lifecycle.match_classes(
+        recorded,
+        data,
+        f"The data evaluate read ({cfg.data.name} at {cfg.data.get('root')})",
+        by_name=app.classes == "by_name",
+        hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
+        "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
+    )
     net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
-    names = lifecycle.class_names(data, logits.shape[1])
+    if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
+        labels = mapping[labels]
+        loss = batch_mean = float(np.mean(_cross_entropy(logits, labels)))
+    names = lifecycle.class_names(data, logits.shape[1], recorded)
     result = scores(logits, labels, names)
     trained = os.path.join(app.run, "metrics.json")
     train_acc = None

@@ -233,7 +233,12 @@ def export(app) -> dict:
         "run": os.path.abspath(app.run),
         "device_target": target,
         "input": {"name": "images", "layout": "NCHW", "dtype": "float32"},
-        "output": {"name": "logits", "classes": lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))},
+        "output": {
+            "name": "logits",
+            "classes": lifecycle.class_names(
+                data, lifecycle.num_outputs(cfg, data, app.run), lifecycle.recorded_classes(app.run)
+            ),
+        },
         # What a deployment must do to an image before the network sees it (the run's preprocessing).
         "preprocessing": {
             "channels": data.channels,
