@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, outputs_of, run_cli, run_module
+from conftest import TINY, metrics, outputs_of, run_cli, run_in_process, run_module
 
 
 def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
@@ -133,7 +133,7 @@ def test_early_stop_on_train_loss_without_validation(tmp_path):
     ],
 )
 def test_conflicting_watch_settings_are_refused(tmp_path, overrides, culprit):
-    proc = run_cli(tmp_path, *TINY, "dry_run=true", *overrides, check=False)
+    proc = run_in_process(tmp_path, *TINY, "dry_run=true", *overrides, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert culprit in " ".join(proc.stderr.split())
 
