@@ -364,7 +364,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.report.loggers import chosen
     from runner.rundir import resume_check
     from runner.training.optim import decay_record
-    from runner.training.validation import best_record
+    from runner.training.validation import best_record, top_records
 
     return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
@@ -374,6 +374,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         loss_curve=o.losses.tolist(),
         val_curve=p.watch.curve(),
         best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
+        top_checkpoints=top_records(p.checkpointer, p.data.steps_per_epoch),
         early_stop=o.early_stop,
         fine_tune=p.fine_tune,
         **p.monitor.timing(),
