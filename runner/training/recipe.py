@@ -12,7 +12,6 @@ from functools import partial
 from typing import Optional
 
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
@@ -108,13 +107,13 @@ def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
     return n
 
 
-def run(cfg) -> Optional[RunMetrics]:
-    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
+def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
+    """Train and evaluate as configured (cfg is validated) in run_dir; return the metrics.
 
-    None when a resumed run had nothing left to do (it was complete already).
+    overrides: the command line's (an optim.lr given there is applied on resume). None when a resumed
+    run had nothing left to do (it was complete already).
     """
-    run_dir = HydraConfig.get().runtime.output_dir
-    if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
+    if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
