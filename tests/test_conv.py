@@ -140,6 +140,35 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
         onednn.library()
 
 
+@needs_compiler
+def test_onednn_build_ignores_compiler_search_variables_and_keys_on_the_compiler(tmp_path, monkeypatch):
+    # CPATH and its kin would compile a header of their choosing into a library every later run loads.
+    from pathlib import Path
+
+    from runner.models import onednn
+
+    poison = tmp_path / "poison"
+    poison.mkdir()
+    for header in ("cstdint", "vector", "sched.h"):
+        (poison / header).write_text("#error poisoned header\n")
+    for var in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
+        monkeypatch.setenv(var, str(poison))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert onednn._loads(Path(onednn.library()))
+    # The key covers what shapes the build: the compiler's file itself (not only its name) and PATH
+    # (which finds the assembler and linker).
+    dnnl = onednn.mindspore_onednn()
+    wrapper = tmp_path / "cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec {find_compiler()} "$@"\n')
+    wrapper.chmod(0o755)
+    key = onednn.build_key(str(wrapper), dnnl)
+    wrapper.write_text(f'#!/bin/sh\nexec {find_compiler()} -DOTHER "$@"\n')
+    assert onednn.build_key(str(wrapper), dnnl) != key
+    key = onednn.build_key(str(wrapper), dnnl)
+    monkeypatch.setenv("PATH", f"{poison}:{os.environ['PATH']}")
+    assert onednn.build_key(str(wrapper), dnnl) != key
+
+
 def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
     rng = np.random.default_rng(1)
     ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)

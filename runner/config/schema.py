@@ -119,6 +119,9 @@ class OptimConfig:
     eps: float = 1e-8  # adam, adamw
     nesterov: bool = False  # momentum, sgd
     weight_decay: float = 1e-4  # L2 (momentum, sgd, adam); decoupled (adamw, lion)
+    # No weight decay on biases and BatchNorm/LayerNorm gamma, beta (1-D parameters), as MindCV and timm
+    # by default; false decays every parameter.
+    filter_bias_and_bn: bool = True
     schedule: Schedule = Schedule.cosine
     warmup_epochs: float = 0.0  # linear ramp to lr; the schedule starts when it ends (not onecycle)
     min_lr: float = 0.0  # cosine, onecycle: the last step's rate

@@ -62,6 +62,8 @@ class RunMetrics:
     batch_size: int = 0  # global batch
     effective_batch_size: int = 0  # samples per optimizer update: batch_size x optim.accumulate_steps
     optimizer_updates: int = 0  # optimizer steps taken, across resumes (its global_step at the end)
+    # value, filter_bias_and_bn, and the tensors (and values) the optimizer decays or exempts
+    weight_decay: dict = field(default_factory=dict)
     ema_decay: Optional[float] = None  # ema.decay when the evaluated and saved weights are the EMA; None: off
     sink: dict = field(default_factory=dict)  # requested, effective, sink_size_requested, sink_size (effective)
     distributed: dict = field(default_factory=dict)  # workers, per_rank_batch

@@ -133,6 +133,30 @@ def _with_defaults(saved: dict) -> dict:
         return saved
 
 
+def read_saved_config(path: str) -> dict:
+    """A run's saved config.yaml as a plain dict (interpolations unresolved); a ConfigError naming the
+    file when it is not YAML, empty, or not a mapping of settings (evaluate, predict, export, resume)."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError, OSError, UnicodeDecodeError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise ConfigError(
+            f"{path} cannot be read as a runner configuration ({type(e).__name__}: {detail}); it is the run's saved "
+            "configuration, written when the run started: restore it, or pass another run."
+        ) from None
+    if not isinstance(saved, dict) or not saved:
+        what = "is empty" if not saved else f"holds a {type(saved).__name__}, not a mapping of settings"
+        raise ConfigError(
+            f"{path} {what}; it is the run's saved configuration, written when the run started: restore it, "
+            "or pass another run."
+        )
+    return saved
+
+
 def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[str, list]:
     """Refuse a resume whose configuration differs from the saved one where it cannot; return and
     record (run_dir/resume.json) what changes are applied."""
@@ -142,7 +166,7 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
-    saved = _with_defaults(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+    saved = _with_defaults(read_saved_config(path))
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changes, refused = compare(saved, new, override_keys(overrides))
     if refused:

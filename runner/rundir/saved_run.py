@@ -91,21 +91,22 @@ def load_config(run_dir: str, data_overrides=None):
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     from runner.config.checks import validate
+    from runner.rundir.resume_check import read_saved_config
 
     path = config_path(run_dir)
+    saved = read_saved_config(path)
     try:
-        saved = OmegaConf.load(path)
-        body = {k: v for k, v in OmegaConf.to_container(saved).items() if k not in ("defaults", "hydra")}
+        body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)
-    except (OmegaConfBaseException, ValueError, OSError) as e:  # YAML errors are ValueErrors too
+        if data_overrides is not None:
+            changes = {k: v for k, v in OmegaConf.to_container(data_overrides).items() if v is not None}
+            cfg = OmegaConf.merge(cfg, {"data": changes})
+        validate(cfg)
+    except (OmegaConfBaseException, ValueError) as e:  # a value missing, of another type, or unknown
         raise ConfigError(
-            f"{path} cannot be read as a runner configuration ({str(e).splitlines()[0].strip()}); "
+            f"{path} cannot be read as a runner configuration ({' '.join(str(e).split())[:200]}); "
             "was it written by this version of the runner?"
         ) from None
-    if data_overrides is not None:
-        changes = {k: v for k, v in OmegaConf.to_container(data_overrides).items() if v is not None}
-        cfg = OmegaConf.merge(cfg, {"data": changes})
-    validate(cfg)
     return cfg
 
 
@@ -156,18 +157,38 @@ def checkpoint_path(run_dir: str, ckpt: str) -> str:
         state = os.path.join(run_dir, "checkpoints", STATE)
         if not os.path.isfile(state):
             raise ConfigError(f"ckpt={ckpt}: {run_dir} has no checkpoints/{STATE}. {_available(run_dir)}")
-        import json
-
-        with open(state) as f:
-            info = json.load(f)
+        info = read_latest(state, f"ckpt={ckpt}", _available(run_dir))
         name = info["latest"] if ckpt == "last" else (info.get("best") or {}).get("file")
         if not name:
             raise ConfigError(f"ckpt=best: {state} records no best checkpoint. {_available(run_dir)}")
-        return os.path.join(run_dir, "checkpoints", name)
+        path = os.path.join(run_dir, "checkpoints", name)
+        if not os.path.isfile(path):
+            raise ConfigError(f"ckpt={ckpt}: {state} names {name}, which is missing. {_available(run_dir)}")
+        return path
     for cand in (ckpt, os.path.join(run_dir, ckpt), os.path.join(run_dir, "checkpoints", ckpt)):
         if os.path.isfile(cand):
             return cand
     raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run_dir)}")
+
+
+def read_latest(state: str, option: str, hint: str) -> dict:
+    """checkpoints/latest.json as training wrote it ({"latest": file name, "best": {"file"...} or None});
+    a ConfigError naming `option` and the file when it is not JSON or not of that form."""
+    import json
+
+    try:
+        with open(state) as f:
+            info = json.load(f)
+        best = info.get("best") or {}
+        names = [info["latest"]] + ([best["file"]] if best else [])
+        if not all(isinstance(n, str) and n and os.path.basename(n) == n for n in names):
+            raise ValueError(f"checkpoint names {names} are not file names")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+        raise ConfigError(
+            f"{option}: {state} is unreadable ({type(e).__name__}: {' '.join(str(e).split())[:120]}), so it does "
+            f"not say which checkpoint that is. {hint}"
+        ) from None
+    return info
 
 
 def _available(run_dir: str) -> str:
@@ -206,6 +227,11 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
     import mindspore as ms
 
     own = {p.name: p for p in net.get_parameters()}
+    averaged = cfg.ema.decay > 0 and all(f"ema.{n}" in params for n in own)
+    if averaged:
+        # A resumable checkpoint of a run with ema.decay: its weights are the average (ema.*), as the
+        # run's model.ckpt and its evaluation are, not the raw weights of the step.
+        params = {**params, **{n: params[f"ema.{n}"] for n in own}}
     missing = [n for n in own if n not in params]
     wrong = [
         f"{n} {tuple(own[n].shape)} in the network, {tuple(params[n].shape)} in the checkpoint"
@@ -223,8 +249,53 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
             f"{cfg.data.channels} input channel(s)): {' and '.join(what)}. Use a checkpoint of this run, or "
             "pass the run directory the checkpoint was trained in."
         )
-    ms.load_param_into_net(net, {n: params[n] for n in own}, strict_load=True)
-    return {"path": os.path.abspath(path), "parameters": len(own)}
+    values = usable_weights({n: params[n] for n in own}, own, path)
+    ms.load_param_into_net(net, values, strict_load=True)
+    return {"path": os.path.abspath(path), "parameters": len(own), "ema": averaged}
+
+
+EVALUATE_HINT = "Use another checkpoint of the run (ckpt=last|best|final, or a step_*.ckpt in its checkpoints/)."
+
+
+def _nptype(param):
+    import mindspore as ms
+    import numpy as np
+
+    return np.dtype(ms.dtype_to_nptype(param.dtype))
+
+
+def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT) -> dict:
+    """values (name -> the checkpoint's tensor) in the dtypes of own (name -> the network's Parameter).
+
+    Refused (ConfigError naming the parameters): NaN or infinity anywhere, as resume refuses it (a result
+    of such a model is no result), and integer or boolean data where the network holds floats. Floats of
+    another width (a float16 checkpoint of a float32 network) are cast, as MindSpore's own loader would
+    fail on them with a traceback.
+    """
+    import mindspore as ms
+    import numpy as np
+
+    from runner.training.checkpoints import nonfinite_params
+
+    arrays = {n: v.asnumpy() for n, v in values.items()}
+    nonfloat = [
+        f"{n} ({a.dtype})"
+        for n, a in arrays.items()
+        if np.issubdtype(_nptype(own[n]), np.floating) and not np.issubdtype(a.dtype, np.floating)
+    ]
+    bad = nonfinite_params(values)
+    if nonfloat or bad:
+        what = f"{len(bad)} parameter(s) hold NaN or infinity ({', '.join(bad[:3])})" if bad else ""
+        if nonfloat:
+            what += (" and " if what else "") + f"{len(nonfloat)} hold non-float data ({', '.join(nonfloat[:3])})"
+        raise ConfigError(
+            f"{path} cannot be used: {what}; a model with such weights gives no meaningful result. {hint}"
+        )
+    out = {}
+    for n, a in arrays.items():
+        want = _nptype(own[n])
+        out[n] = ms.Parameter(ms.Tensor(a.astype(want)), name=n) if a.dtype != want else values[n]
+    return out
 
 
 @dataclass

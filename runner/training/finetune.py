@@ -25,12 +25,15 @@ def source_path(init_from: str) -> str:
             return os.path.join(path, "model.ckpt")
         state = os.path.join(path, "checkpoints", "latest.json")
         if os.path.isfile(state):
-            import json
+            from runner.rundir.saved_run import read_latest
 
-            with open(state) as f:
-                s = json.load(f)
+            hint = "Name one of its checkpoints/step_*.ckpt files as init_from=<file>."
+            s = read_latest(state, f"init_from={init_from}", hint)
             name = (s.get("best") or {}).get("file") or s["latest"]
-            return os.path.join(path, "checkpoints", name)
+            found = os.path.join(path, "checkpoints", name)
+            if not os.path.isfile(found):
+                raise ConfigError(f"init_from={init_from}: {state} names {name}, which is missing. {hint}")
+            return found
         raise ConfigError(
             f"init_from={init_from}: the directory {path} holds no model.ckpt and no checkpoints/latest.json; "
             "name a .ckpt file or a finished run directory."
@@ -96,6 +99,9 @@ def load_matching(net, init_from: str) -> dict:
             f"{type(net).__name__} (it holds e.g. {sample}; this network has e.g. {list(mine)[:4]}). It is a "
             "checkpoint of another architecture: fine-tune with the model.* settings it was trained with."
         )
+    from runner.rundir.saved_run import usable_weights
+
+    values = usable_weights(values, mine, path, hint="Fine-tune from another checkpoint (init_from=<file or run>).")
     # set_data rather than load_param_into_net, which warns about every parameter it was not given:
     # here those are expected (the new head) and listed below.
     for n, v in values.items():
@@ -124,6 +130,17 @@ def freeze(net, patterns) -> dict:
     from runner.amp.fp32_islands import match_cells
 
     cells = match_cells(net, list(patterns), option="optim.freeze")
+    # A pattern whose cells hold no parameter (activations, pooling: `*relu`) would freeze nothing, silently.
+    empty = [
+        p
+        for p in patterns
+        if not any(True for _, c in match_cells(net, [p], "optim.freeze") for _ in c.get_parameters())
+    ]
+    if empty:
+        raise ConfigError(
+            f"optim.freeze={list(patterns)}: {empty} select(s) only cells without parameters (activations, pooling), "
+            "so it would freeze nothing. Name the cells that hold weights, e.g. stem, layer1 or layer1.0.conv1."
+        )
     count = 0
     for _, cell in cells:
         for p in cell.get_parameters():

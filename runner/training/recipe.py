@@ -359,6 +359,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
     from runner.rundir import resume_check as resume_config
+    from runner.training.optim import decay_record
     from runner.training.validation import best_record
 
     return RunMetrics(
@@ -393,6 +394,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         batch_size=cfg.batch_size,
         effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
         optimizer_updates=int(p.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
+        weight_decay=decay_record(p.trainer.step_cell.optimizer, cfg.optim),
         ema_decay=cfg.ema.decay or None,
         sink={
             "requested": cfg.sink.enabled,

@@ -256,6 +256,8 @@ def restore_best(step_cell, checkpointer) -> Optional[str]:
         return None  # data parallel: only the rank that wrote it reads it back, and only it writes outputs
     path = os.path.join(checkpointer.dir, best["file"])
     ms.load_param_into_net(step_cell, ms.load_checkpoint(path))
+    if getattr(step_cell, "ema_decay", 0) > 0:
+        step_cell.use_ema()  # the checkpoint's average (its ema.*), as model.ckpt of a run without early stop
     log.info(
         "early stop: the best checkpoint (%s %.6g, %s) becomes the final weights", best["monitor"], best["value"], path
     )
