@@ -1,10 +1,12 @@
 """Hydra launchers and sweepers from their plugin packages, driving the real runner."""
 
 import csv
+import subprocess
+import sys
 
 import pytest
 import yaml
-from conftest import TINY, cli_in_process, metrics, run_cli
+from conftest import REPO, TINY, cli_in_process, metrics, run_cli
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
