@@ -3,7 +3,6 @@ typed config and hands it to run(). runner/cli/app.py checks what Hydra would ac
 
 import logging
 import math
-import os
 import sys
 import traceback
 from typing import Optional
@@ -16,6 +15,7 @@ from runner.cli.app import entry_point, interrupted, quiet_interrupt
 from runner.config.schema import register
 from runner.errors import Interrupted, print_user_error, user_errors
 from runner.rundir.atomic import write_json
+from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
 
 register()
@@ -48,7 +48,7 @@ def main(cfg) -> Optional[float]:
         else:
             traceback.print_exc()
         job_dir = HydraConfig.get().runtime.output_dir
-        write_json(os.path.join(job_dir, "failed.json"), {"error": str(e), "error_type": type(e).__name__})
+        write_json(RunDir(job_dir).failed, {"error": str(e), "error_type": type(e).__name__})
         return math.nan
 
 

@@ -133,15 +133,15 @@ def predict(app, out_dir: str) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from runner.rundir import saved_run as lifecycle
+    from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
 
     if app.topk < 1:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    cfg = lifecycle.load_config(app.run, app.data)
-    lifecycle.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
+    cfg = saved_run.load_config(app.run, app.data)
+    saved_run.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
     paths, odd = find_images(app.input)  # before anything heavy: a wrong input= fails at once
     batch_size = app.batch_size or cfg.batch_size
     console = Console(stderr=True)
@@ -157,10 +157,10 @@ def predict(app, out_dir: str) -> dict:
     if not good:
         names = ", ".join(f"{shown(p)} ({r})" for p, r in bad[:3])
         raise InputError(f"No readable image in input={shown(app.input)}: {names}{' ...' if len(bad) > 3 else ''}.")
-    saved = lifecycle.open_run(app.run, app.ckpt, cfg, batch_size)
+    saved = saved_run.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
-    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
-    names = lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))
+    net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    names = saved_run.class_names(data, saved_run.num_outputs(cfg, data))
     k = min(app.topk, len(names))
 
     from runner.datasets import build_inputs

@@ -8,15 +8,14 @@ applied: the learning-rate schedule is rebuilt from the new config on every star
 not load the stored one), so more epochs or an explicit optim.lr=... take effect from the resumed step.
 """
 
-import glob
 import json
 import logging
 import os
-import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from runner.config.tree import flat
 from runner.errors import ConfigError
+from runner.rundir import layout
 
 log = logging.getLogger("runner")
 
@@ -46,8 +45,6 @@ CHANGEABLE = (
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
 IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
-RECORD = "resume.json"  # in the run directory: what the last resume changed
-STATE = "latest.json"  # in <run>/checkpoints: the latest resumable checkpoint (runner/training/checkpoints.py)
 
 # Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
 
@@ -71,20 +68,9 @@ def resume_source(resume, run_dir: str) -> Optional[str]:
     path = os.path.abspath(str(resume))
     if os.path.isfile(path):
         path = os.path.dirname(path)
-    if os.path.basename(path) == "checkpoints":
+    if os.path.basename(path) == layout.CHECKPOINTS:
         path = os.path.dirname(path)
-    return path if os.path.isfile(os.path.join(path, "config.yaml")) else None
-
-
-def has_checkpoint(ckpt_dir: str) -> bool:
-    """Whether ckpt_dir holds latest.json or any step_*.ckpt."""
-    return os.path.exists(os.path.join(ckpt_dir, STATE)) or bool(step_files(ckpt_dir))
-
-
-def step_files(ckpt_dir: str) -> List[str]:
-    """step_*.ckpt files in ckpt_dir, newest (highest step) first."""
-    names = [os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(ckpt_dir), "step_*.ckpt"))]
-    return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
+    return path if os.path.isfile(layout.RunDir(path).config) else None
 
 
 def _under(key: str, prefixes: Iterable[str]) -> bool:
@@ -162,7 +148,7 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
     record (run_dir/resume.json) what changes are applied."""
     from omegaconf import OmegaConf
 
-    path = os.path.join(source_dir, "config.yaml")
+    path = layout.RunDir(source_dir).config
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
@@ -185,14 +171,14 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
         )
     from runner.rundir.atomic import write_json
 
-    write_json(os.path.join(run_dir, RECORD), {"from": source_dir, "changes": changes})
+    write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
     return changes
 
 
 def recorded(run_dir: str) -> Dict[str, list]:
     """The changes the resume of this run applied (resume.json), {} when there is none."""
     try:
-        with open(os.path.join(run_dir, RECORD)) as f:
+        with open(layout.RunDir(run_dir).resume_record) as f:
             return json.load(f).get("changes", {})
     except (OSError, ValueError):
         return {}

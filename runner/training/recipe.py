@@ -6,7 +6,6 @@ never the whole config.
 
 import logging
 import math
-import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -15,7 +14,8 @@ import numpy as np
 
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
-from runner.rundir.claim import COMPLETE, claim, run_dir_of
+from runner.rundir.claim import claim, run_dir_of
+from runner.rundir.layout import RunDir
 from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, setup
 from runner.training.interrupts import FinalPhaseInterrupted
@@ -71,7 +71,7 @@ class Parts:
 class Outcome:
     """What training produced."""
 
-    val: dict  # runner.report.accuracy.evaluation_metrics's keys, or {}
+    val: dict  # runner.report.accuracy.flat(...)'s keys, or {}
     losses: np.ndarray  # loss per step call, across resumes
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
@@ -258,7 +258,7 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
     params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
-    ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    ckpt_dir = RunDir(env.run_dir).checkpoints
     # skip() is read during training only, once checkpointer and guarding exist.
     watch = build_watch(
         cfg,
@@ -358,7 +358,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
-    from runner.rundir import resume_check as resume_config
+    from runner.rundir import resume_check
     from runner.training.optim import decay_record
     from runner.training.validation import best_record
 
@@ -409,7 +409,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         versions=outputs.versions(),
         run_dir=env.run_dir,
         resumed_from=p.start.get("path"),
-        resume_changes=resume_config.recorded(env.run_dir) if p.start else {},
+        resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
     )
 
 
@@ -428,9 +428,9 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     save = cfg.save_checkpoint and not o.failure
     outputs.measure(m, p.net, p.data, series)
     if save:
-        m.checkpoint = os.path.join(env.run_dir, "model.ckpt")
+        m.checkpoint = RunDir(env.run_dir).model
     try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
-        m.write(os.path.join(env.run_dir, "metrics.json"))
+        m.write(RunDir(env.run_dir).metrics)
         outputs.plot(m, series, title)
         if save:
             from runner.rundir.atomic import save_checkpoint
@@ -440,7 +440,7 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         if not o.failure:
             from runner.rundir.atomic import write_json
 
-            write_json(os.path.join(env.run_dir, COMPLETE), {"steps": m.steps, "epochs": cfg.epochs})
+            write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
     except OSError as e:
         raise UserError(
             f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
