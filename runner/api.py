@@ -46,10 +46,11 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     on the command line is. None with dry_run=true (the config is valid) or when a resumed run was
     complete already. Raises runner.errors.Interrupted when SIGINT/SIGTERM stopped the run.
     """
-    from runner.config.checks import check_tools, validate
+    from runner.config.checks import check_loggers, check_tools, validate
 
     validate(cfg)
     check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
+    check_loggers(cfg)
     if cfg.dry_run:
         print("Configuration is valid (dry_run=true: nothing was trained).", flush=True)
         return None

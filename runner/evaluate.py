@@ -133,7 +133,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     write_json(RunDir(out_dir).metrics, metrics.to_dict())
     top5 = f" | top5 {result['top5']:.4f}" if result["top5"] is not None else ""
     print(
-        f"top1 {result['top1']:.4f}{top5} | loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
+        f"top1 {result['top1']:.4f}{top5} | val_loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
         f"{os.path.basename(ckpt['path'])} {level} on {target} | outputs: {out_dir}",
         flush=True,
     )

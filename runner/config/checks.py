@@ -383,6 +383,26 @@ def check_tools(cfg) -> None:
         find_compiler()
 
 
+# The package each optional logger imports, checked before anything is built or trained.
+LOGGER_PACKAGES = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
+
+
+def check_loggers(cfg) -> None:
+    """Raise ConfigError when a chosen logger's package is not installed (all named at once)."""
+    import importlib.util
+
+    missing = [
+        f"logger={name} needs {pkg}"
+        for name, pkg in LOGGER_PACKAGES.items()
+        if cfg.logger.get(name) is not None and importlib.util.find_spec(pkg) is None
+    ]
+    if missing:
+        raise ConfigError(
+            f"{'; '.join(missing)}, which is not installed: pip install -e '.[loggers]' (or the package alone). "
+            "metrics.csv is written without any of them."
+        )
+
+
 def validate(cfg) -> None:
     """Raise ConfigError naming every value that is out of range or contradicts another."""
     tree = _resolved(cfg)

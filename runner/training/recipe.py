@@ -113,6 +113,9 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
     overrides: the command line's (an optim.lr given there is applied on resume). None when a resumed
     run had nothing left to do (it was complete already).
     """
+    from runner.report.outputs import watch_warnings
+
+    watch_warnings()  # repeated under the summary line: on a terminal they scroll past
     if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
         return None
     if distributed.should_launch(cfg.distributed):
@@ -256,7 +259,9 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
         # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
         start["losses"] = guarding.trace.prior_losses()
     params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+    # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
+    loggers = cfg.logger if env.rank == 0 else {}
+    logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
     ckpt_dir = RunDir(env.run_dir).checkpoints
     # skip() is read during training only, once checkpointer and guarding exist.
@@ -358,6 +363,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
+    from runner.report.loggers import chosen
     from runner.rundir import resume_check
     from runner.training.optim import decay_record
     from runner.training.validation import best_record
@@ -410,6 +416,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         run_dir=env.run_dir,
         resumed_from=p.start.get("path"),
         resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
+        loggers=chosen(cfg.logger),
     )
 
 
@@ -436,7 +443,7 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
             from runner.rundir.atomic import save_checkpoint
 
             save_checkpoint(p.net, m.checkpoint)
-        outputs.finish(m, p.logger)
+        outputs.finish(m, p.logger, advise=not o.failure)  # no advice on how to speed up a failed run
         if not o.failure:
             from runner.rundir.atomic import write_json
 
@@ -448,5 +455,5 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         ) from None
     if o.failure:
         raise o.failure
-    print(outputs.summary_line(m), flush=True)
+    print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
     return m
