@@ -128,16 +128,14 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def predict(app, out_dir: Optional[str] = None) -> dict:
-    """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir (None: Hydra's
-    output directory); return a summary."""
+def predict(app, out_dir: str) -> dict:
+    """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir; return a summary."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
 
-    out_dir = out_dir or HydraConfig.get().runtime.output_dir
     if app.topk < 1:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
@@ -226,7 +224,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
 def main(app) -> None:
     with reported_errors():
-        predict(app)
+        predict(app, HydraConfig.get().runtime.output_dir)
 
 
 cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"))

@@ -2,6 +2,7 @@
 
 A run directory holds, from the top: config.yaml (re-runnable), metrics.json, model.ckpt (the final
 weights), last_good.ckpt (after a NaN stop), loss_scale.csv, resume.json (what the last resume changed),
+history.json (every resume),
 .runner.complete (written last), rank_logs/ (data parallel), and checkpoints/ with step_<N>.ckpt,
 latest.json (which one is the latest and the best) and val_curve.json. No MindSpore import here: the
 run directory is claimed before MindSpore loads.
@@ -22,6 +23,8 @@ MODEL = "model.ckpt"
 LAST_GOOD = "last_good.ckpt"
 LOSS_SCALE = "loss_scale.csv"
 RESUME_RECORD = "resume.json"
+# Every resume of the run, in order: config.yaml stays what the run started as (runner/rundir/resume_check.py).
+HISTORY = "history.json"
 COMPLETE = ".runner.complete"
 FAILED = "failed.json"  # a sweep job that failed before metrics.json: its error, for the summary
 RANK_LOGS = "rank_logs"
@@ -59,6 +62,10 @@ class RunDir:
     @property
     def resume_record(self) -> str:
         return os.path.join(self.path, RESUME_RECORD)
+
+    @property
+    def history(self) -> str:
+        return os.path.join(self.path, HISTORY)
 
     @property
     def complete(self) -> str:

@@ -95,15 +95,16 @@ def config_path(run_dir: str) -> str:
 
 
 def load_config(run_dir: str, data_overrides=None):
-    """The run's configuration, typed by the runner's schema, with `data.*` overrides applied and validated.
+    """The run's configuration now (config.yaml and what its resumes changed, runner/rundir/resume_check.py),
+    typed by the runner's schema, with `data.*` overrides applied and validated.
 
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     from runner.config.checks import validate
-    from runner.rundir.resume_check import read_saved_config
+    from runner.rundir.resume_check import current
 
     path = config_path(run_dir)
-    saved = read_saved_config(path)
+    saved = current(run_dir)  # config.yaml with what the run's resumes changed
     try:
         body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)

@@ -11,7 +11,6 @@ from functools import partial
 from typing import Optional
 
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
@@ -108,13 +107,16 @@ def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
     return n
 
 
-def run(cfg) -> Optional[RunMetrics]:
-    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
+def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
+    """Train and evaluate as configured (cfg is validated) in run_dir; return the metrics.
 
-    None when a resumed run had nothing left to do (it was complete already).
+    overrides: the command line's (an optim.lr given there is applied on resume). None when a resumed
+    run had nothing left to do (it was complete already).
     """
-    run_dir = HydraConfig.get().runtime.output_dir
-    if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
+    from runner.report.outputs import watch_warnings
+
+    watch_warnings()  # repeated under the summary line: on a terminal they scroll past
+    if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
@@ -442,7 +444,7 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
             from runner.rundir.atomic import save_checkpoint
 
             save_checkpoint(p.net, m.checkpoint)
-        outputs.finish(m, p.logger)
+        outputs.finish(m, p.logger, advise=not o.failure)  # no advice on how to speed up a failed run
         if not o.failure:
             from runner.rundir.atomic import write_json
 
@@ -454,5 +456,5 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         ) from None
     if o.failure:
         raise o.failure
-    print(outputs.summary_line(m), flush=True)
+    print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
     return m

@@ -131,7 +131,9 @@ class Validation(Callback):
 
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_json(self.path, self.curve)
-        log.info("epoch %g validation: accuracy %.4f loss %.4f", point["epoch"], point["accuracy"], point["loss"])
+        log.info(
+            "epoch %g validation: val_accuracy %.4f val_loss %.4f", point["epoch"], point["accuracy"], point["loss"]
+        )
         if self.logger is not None:
             self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
 
