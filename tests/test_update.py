@@ -203,7 +203,7 @@ def test_bad_update_settings_are_refused(tmp_path, overrides, message):
 
 def test_accumulate_steps_is_refused_where_data_sinks():
     # On CPU sink=on never sinks (the run falls back and says so), so the refusal is checked at the
-    # decision itself: run.py calls it with sink = sink=on and a device that sinks.
+    # decision itself: recipe.py calls it with sink = sink=on and a device that sinks.
     from runner.errors import ConfigError
     from runner.training.recipe import check_accumulate
 
