@@ -191,7 +191,7 @@ def _evaluate(run_dir, out_dir, **fields):
     app = OmegaConf.structured(EvaluateConfig(run=str(run_dir)))
     for k, v in fields.items():
         OmegaConf.update(app, k, v)
-    return evaluate(app, str(out_dir))
+    return evaluate(app, str(out_dir)).to_dict()
 
 
 def test_classes_renamed_or_a_subset_are_refused_or_mapped_by_name(tmp_path):

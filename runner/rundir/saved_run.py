@@ -20,10 +20,19 @@ from runner.config.schema import Config
 from runner.datasets.settings import DataConfig
 from runner.errors import ConfigError, UserError, print_user_error, user_errors
 from runner.models.errors import ModelError
+from runner.rundir.layout import (
+    CHECKPOINTS,
+    CONFIG,
+    LAST_GOOD,
+    MODEL,
+    RunDir,
+    StateProblem,
+    read_checkpoint,
+    read_state,
+)
 
 log = logging.getLogger("runner")
 
-CONFIG = "config.yaml"
 
 # `data.<field>=...` overrides on the commands: every data field, optional, None = the run's value.
 # Generated from DataConfig so the commands type-check overrides exactly as training does.
@@ -86,15 +95,16 @@ def config_path(run_dir: str) -> str:
 
 
 def load_config(run_dir: str, data_overrides=None):
-    """The run's configuration, typed by the runner's schema, with `data.*` overrides applied and validated.
+    """The run's configuration now (config.yaml and what its resumes changed, runner/rundir/resume_check.py),
+    typed by the runner's schema, with `data.*` overrides applied and validated.
 
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     from runner.config.checks import validate
-    from runner.rundir.resume_check import read_saved_config
+    from runner.rundir.resume_check import current
 
     path = config_path(run_dir)
-    saved = read_saved_config(path)
+    saved = current(run_dir)  # config.yaml with what the run's resumes changed
     try:
         body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)
@@ -146,75 +156,43 @@ def build(cfg, batch_size: Optional[int] = None, num_classes: Optional[int] = No
 
 def checkpoint_path(run_dir: str, ckpt: str) -> str:
     """The file `ckpt=` names: final (model.ckpt), last or best (checkpoints/latest.json), or a path."""
-    from runner.training.checkpoints import STATE
-
+    run = RunDir(run_dir)
     ckpt = str(ckpt)
     if ckpt == "final":
-        path = os.path.join(run_dir, "model.ckpt")
-        if not os.path.isfile(path):
-            raise ConfigError(f"ckpt=final: {run_dir} has no model.ckpt. {_available(run_dir)}")
-        return path
+        if not os.path.isfile(run.model):
+            raise ConfigError(f"ckpt=final: {run_dir} has no {MODEL}. {_available(run)}")
+        return run.model
     if ckpt in ("last", "best"):
-        state = os.path.join(run_dir, "checkpoints", STATE)
-        if not os.path.isfile(state):
-            raise ConfigError(f"ckpt={ckpt}: {run_dir} has no checkpoints/{STATE}. {_available(run_dir)}")
-        info = read_latest(state, f"ckpt={ckpt}", _available(run_dir))
-        name = info["latest"] if ckpt == "last" else (info.get("best") or {}).get("file")
-        if not name:
-            raise ConfigError(f"ckpt=best: {state} records no best checkpoint. {_available(run_dir)}")
-        path = os.path.join(run_dir, "checkpoints", name)
-        if not os.path.isfile(path):
-            raise ConfigError(f"ckpt={ckpt}: {state} names {name}, which is missing. {_available(run_dir)}")
-        return path
-    for cand in (ckpt, os.path.join(run_dir, ckpt), os.path.join(run_dir, "checkpoints", ckpt)):
+        try:
+            state = read_state(run.checkpoints)
+        except StateProblem as e:
+            raise ConfigError(f"ckpt={ckpt}: {e}. {_available(run)}") from None
+        if ckpt == "last":
+            return state["path"]
+        if not state.get("best"):
+            raise ConfigError(f"ckpt=best: {run.state} records no best checkpoint. {_available(run)}")
+        best = run.checkpoint(state["best"]["file"])
+        if not os.path.isfile(best):
+            raise ConfigError(
+                f"ckpt=best: {run.state} names {state['best']['file']}, which is missing. {_available(run)}"
+            )
+        return best
+    for cand in (ckpt, os.path.join(run_dir, ckpt), run.checkpoint(ckpt)):
         if os.path.isfile(cand):
             return cand
-    raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run_dir)}")
+    raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run)}")
 
 
-def read_latest(state: str, option: str, hint: str) -> dict:
-    """checkpoints/latest.json as training wrote it ({"latest": file name, "best": {"file"...} or None});
-    a ConfigError naming `option` and the file when it is not JSON or not of that form."""
-    import json
-
-    try:
-        with open(state) as f:
-            info = json.load(f)
-        best = info.get("best") or {}
-        names = [info["latest"]] + ([best["file"]] if best else [])
-        if not all(isinstance(n, str) and n and os.path.basename(n) == n for n in names):
-            raise ValueError(f"checkpoint names {names} are not file names")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
-        raise ConfigError(
-            f"{option}: {state} is unreadable ({type(e).__name__}: {' '.join(str(e).split())[:120]}), so it does "
-            f"not say which checkpoint that is. {hint}"
-        ) from None
-    return info
-
-
-def _available(run_dir: str) -> str:
-    found = [n for n in ("model.ckpt", "last_good.ckpt") if os.path.isfile(os.path.join(run_dir, n))]
-    ckdir = os.path.join(run_dir, "checkpoints")
-    if os.path.isdir(ckdir):
-        found += sorted(f"checkpoints/{n}" for n in os.listdir(ckdir) if n.endswith(".ckpt"))
+def _available(run: RunDir) -> str:
+    found = [n for n in (MODEL, LAST_GOOD) if os.path.isfile(os.path.join(run.path, n))]
+    if os.path.isdir(run.checkpoints):
+        found += sorted(f"{CHECKPOINTS}/{n}" for n in os.listdir(run.checkpoints) if n.endswith(".ckpt"))
     if not found:
         return "The run saved no checkpoint (save_checkpoint=false, or it stopped before saving)."
     return (
         f"Checkpoints in the run: {', '.join(found)} (ckpt=final|last|best, or a path; a path relative "
         "to the run directory works too)."
     )
-
-
-def read_checkpoint(path: str) -> dict:
-    """MindSpore's own checkpoint reader (never pickle); a ConfigError when the file is not a checkpoint."""
-    import mindspore as ms
-
-    try:
-        return ms.load_checkpoint(path)
-    except (ValueError, RuntimeError, OSError, TypeError) as e:
-        raise ConfigError(
-            f"{path} cannot be read as a MindSpore checkpoint ({str(e).strip().splitlines()[0]})."
-        ) from None
 
 
 def load_weights(net, params: dict, path: str, cfg) -> dict:
