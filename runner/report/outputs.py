@@ -28,18 +28,20 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def write_config(run_dir: str, cfg) -> str:
+def write_config(run_dir: str, cfg, record: bool = True) -> str:
     """Save the resolved config so `python -m runner --config-path <run_dir> --config-name config` re-runs it.
 
     A resume keeps the config.yaml its run started with (it copied the source's when it branched into a
     new directory); what the resume changed goes to history.json (runner/rundir/resume_check.py). So the
     saved config re-runs to the same result whatever the run's history, and holds no `resume`.
+    record=False: a plain copy of cfg, `resume` included, into run_dir (what data-parallel ranks run).
     """
     path = RunDir(run_dir).config
-    if os.path.exists(RunDir(run_dir).history) and os.path.exists(path):  # this run resumed
+    if record and os.path.exists(RunDir(run_dir).history) and os.path.exists(path):  # this run resumed
         return path
     body = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    body["resume"] = None  # how the run came to be is history, not configuration
+    if record:
+        body["resume"] = None  # how the run came to be is history, not configuration
     rerun = {
         # The saved values are checked against the same schema, and re-runs land beside the original.
         "defaults": ["base_config", "_self_"],
@@ -49,6 +51,7 @@ def write_config(run_dir: str, cfg) -> str:
         },
         **body,
     }
+    os.makedirs(run_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(OmegaConf.to_yaml(OmegaConf.create(rerun)))
