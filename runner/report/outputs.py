@@ -153,3 +153,24 @@ def warnings_recap() -> str:
     return f"\n{len(lines)} warning{'s' if len(lines) > 1 else ''} during the run (also in runner.log):\n" + "\n".join(
         lines
     )
+
+
+class _JobTag(logging.Filter):
+    """Puts `#<job>` before each record's message, once (it passes the console and the file handler)."""
+
+    def __init__(self, num) -> None:
+        super().__init__()
+        self.tag = f"#{num} "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "runner_job_tagged", False):
+            record.msg, record.runner_job_tagged = self.tag + str(record.msg), True
+        return True
+
+
+def tag_job_records(num) -> None:
+    """In a sweep, every log record of this job starts with its number: the joblib launcher runs jobs side
+    by side in one console, and their lines interleave. Hydra configures fresh handlers for each job."""
+    tag = _JobTag(num)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(tag)
