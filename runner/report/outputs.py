@@ -28,6 +28,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+RANK_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job log format
+
+
 def write_config(run_dir: str, cfg, record: bool = True) -> str:
     """Save the resolved config so `python -m runner --config-path <run_dir> --config-name config` re-runs it.
 
@@ -51,6 +54,11 @@ def write_config(run_dir: str, cfg, record: bool = True) -> str:
         },
         **body,
     }
+    if not record:
+        # Data-parallel ranks log to the console (hydra/job_logging=stdout, msrun keeps it per rank) with the
+        # logger and level in each line, so the launching process can pick out rank 0's progress and every
+        # rank's warnings (runner/training/distributed.py follow_ranks).
+        rerun["hydra"]["job_logging"] = {"formatters": {"simple": {"format": RANK_LOG_FORMAT}}}
     os.makedirs(run_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
