@@ -74,7 +74,7 @@ def test_csv_logger_is_the_default(tmp_path, tiny):
     assert not (tmp_path / "tensorboard").exists()
 
 
-def test_mlflow_and_tensorboard_at_once_beside_the_csv(tmp_path, tiny, monkeypatch):
+def test_mlflow_and_tensorboard_at_once_beside_the_csv_and_a_profile(tmp_path, tiny, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this reading client, as the logger does
@@ -82,8 +82,10 @@ def test_mlflow_and_tensorboard_at_once_beside_the_csv(tmp_path, tiny, monkeypat
     store = f"file:{tmp_path / 'mlruns'}"
     run_dir = tmp_path / "run"
     chosen = ["logger=[mlflow,tensorboard]", f"logger.mlflow.tracking_uri={store}", "logger.mlflow.experiment=t"]
-    run_cli(run_dir, *tiny, *chosen, "eval=false")
+    proc = run_cli(run_dir, *tiny, *chosen, "eval=false", "profile.steps=2")  # and the profiler, on the CLI
     assert metrics(run_dir)["loggers"] == ["csv", "tensorboard", "mlflow"]
+    profile = metrics(run_dir)["profile"]
+    assert profile["recorded"] and f"| profile: {run_dir / 'profile'} | outputs:" in proc.stdout
     assert (run_dir / "metrics.csv").exists() and any((run_dir / "tensorboard").iterdir())  # csv: always kept
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("t").experiment_id])

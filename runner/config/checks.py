@@ -193,6 +193,11 @@ def _problems(cfg):
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)
+    pr = cfg.profile
+    if pr.steps < 0 or pr.start_step < 1:
+        yield f"profile.steps must be >= 0 (0: off) and profile.start_step >= 1, got {pr.steps} and {pr.start_step}"
+    elif pr.steps == 0 and pr.start_step != 3:
+        yield f"profile.start_step={pr.start_step} does nothing while profile.steps=0 (off); set profile.steps too"
 
 
 def _watch_problems(cfg):
