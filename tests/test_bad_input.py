@@ -188,3 +188,13 @@ def test_help_into_a_closed_pipe_exits_quietly():
     finally:
         os.close(write)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("group, use", [("model", "model=bad"), ("experiment", "+experiment=bad")])
+def test_a_yaml_syntax_error_in_a_config_dir_file(tmp_path, group, use):
+    (tmp_path / "extra" / group).mkdir(parents=True)
+    header = "# @package _global_\n" if group == "experiment" else ""
+    (tmp_path / "extra" / group / "bad.yaml").write_text(header + "name: resnet8\nwidth: [8\n")
+    proc = cli_in_process("--config-dir", tmp_path / "extra", use, "dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")
+    clean_error(proc, "bad.yaml", "line 3")
+    assert not (tmp_path / "run").exists()

@@ -141,6 +141,20 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
 
 
 @needs_compiler
+def test_onednn_with_a_cache_home_that_is_a_file_builds_in_a_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    from runner.models import onednn
+
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    built = onednn.library()
+    assert built.startswith(str(tmp_path / "tmp")) and onednn._loads(built)
+
+
+@needs_compiler
 def test_onednn_build_ignores_compiler_search_variables_and_keys_on_the_compiler(tmp_path, monkeypatch):
     # CPATH and its kin would compile a header of their choosing into a library every later run loads.
     from pathlib import Path

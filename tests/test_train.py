@@ -95,3 +95,9 @@ def test_eval_off_and_no_checkpoint(eval_off_run):
     m = metrics(eval_off_run)
     assert m["val_accuracy"] is None and m["checkpoint"] is None
     assert not (eval_off_run / "model.ckpt").exists()
+
+
+def test_checkpoints_are_written_read_only_for_their_owner(tiny_run):
+    # MindSpore's save_checkpoint makes every .ckpt mode 0400, and the runner keeps that (README, "Checkpoints").
+    files = [tiny_run / "model.ckpt", *sorted((tiny_run / "checkpoints").glob("step_*.ckpt"))]
+    assert len(files) > 1 and all((f.stat().st_mode & 0o777) == 0o400 for f in files)
