@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import compose_cfg, metrics, run_cli
+from conftest import EVAL_OFF, compose_cfg, metrics, run_cli
 
 from runner.report import advice
 from runner.report.metrics import RunMetrics
@@ -65,13 +65,13 @@ def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
     assert "curves.png" in acc.Tags()["images"]
 
 
-def test_csv_logger_is_the_default(tmp_path, tiny):
-    run_cli(tmp_path, *tiny, "log_every=20", "eval=false", "save_checkpoint=false")
-    m = metrics(tmp_path)
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+def test_csv_logger_is_the_default(eval_off_run):
+    assert "log_every=20" in EVAL_OFF and not [o for o in EVAL_OFF if o.startswith("logger")]
+    m = metrics(eval_off_run)
+    rows = list(csv.DictReader(open(eval_off_run / "metrics.csv")))
     assert [int(r["step"]) for r in rows[:-1]] == [20, 40, m["steps"]]
     assert float(rows[-1]["throughput_samples_per_s"]) == pytest.approx(m["throughput_samples_per_s"])
-    assert not (tmp_path / "tensorboard").exists()
+    assert not (eval_off_run / "tensorboard").exists()
 
 
 def test_mlflow_and_tensorboard_at_once_beside_the_csv_and_a_profile(tmp_path, tiny, monkeypatch):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import REPO, TINY, metrics, run_cli, run_in_process
 
 SMALL = [o for o in TINY if not o.startswith("epochs=")]
 
@@ -94,7 +94,7 @@ def test_rotation_keeps_last_n_and_best(tmp_path):
 
 
 def test_resume_from_nothing_is_a_user_error(tmp_path):
-    proc = run_cli(tmp_path / "run", *TINY, f"resume={tmp_path}/nowhere", check=False)
+    proc = run_in_process(tmp_path / "run", *TINY, f"resume={tmp_path}/nowhere", check=False)
     assert proc.returncode == 2 and "resume=" in proc.stderr and "Traceback" not in proc.stderr
 
 

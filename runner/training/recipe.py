@@ -184,6 +184,10 @@ def build_network(cfg, env: Env):
     data = build_data(
         cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
     )
+    if env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
+        from runner.rundir.saved_run import write_classes
+
+        write_classes(env.run_dir, data)
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
     if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
@@ -194,7 +198,9 @@ def build_network(cfg, env: Env):
             data.num_classes,
             cfg.model.num_classes - data.num_classes,
         )
-    fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
+    fine_tune = prepare(
+        net, cfg.init_from, cfg.optim.freeze, data.class_names
+    )  # before the optimizer takes the trainable params
     return data, make_net, net, fine_tune
 
 
