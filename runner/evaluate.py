@@ -31,6 +31,9 @@ class EvaluateConfig:
     batch_size: Optional[int] = None  # None: the run's batch_size
     # true: at the AMP level the run validated with, so top-1 equals its val_accuracy; false: FP32 throughout
     amp: bool = True
+    # strict: refuse data whose class names differ from the run's (classes.json); by_name: map the data's
+    # labels to the network's outputs by name (the same classes in another order, or a subset of them)
+    classes: str = "strict"
     data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... (None = the run's)
 
 
@@ -88,6 +91,12 @@ def run_network(net, dataset):
     return logits, labels, float(np.dot(losses, sizes) / len(labels)), float(np.mean(losses))
 
 
+def _cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-sample cross-entropy of FP32 logits (label smoothing aside, training's loss)."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    return np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(labels)), labels]
+
+
 def evaluate(app, out_dir: str) -> EvalMetrics:
     """Evaluate a checkpoint of app.run on its validation data; write the metrics into out_dir and return them."""
     from runner.report.accuracy import scores
@@ -99,11 +108,25 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
 
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
+    if str(app.classes) not in ("strict", "by_name"):
+        raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
+    recorded = saved_run.recorded_classes(app.run)
     saved = saved_run.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
+    mapping = saved_run.match_classes(
+        recorded,
+        data,
+        f"The data evaluate read ({cfg.data.name} at {cfg.data.get('root')})",
+        by_name=app.classes == "by_name",
+        hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
+        "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
+    )
     net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
-    names = saved_run.class_names(data, logits.shape[1])
+    if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
+        labels = mapping[labels]
+        loss = batch_mean = float(np.mean(_cross_entropy(logits, labels)))
+    names = saved_run.class_names(data, logits.shape[1], recorded)
     result = scores(logits, labels, names)
     trained = RunDir(app.run).metrics
     train_acc = None

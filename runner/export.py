@@ -232,7 +232,12 @@ def export(app, out_dir: str) -> dict:
         "run": os.path.abspath(app.run),
         "device_target": target,
         "input": {"name": "images", "layout": "NCHW", "dtype": "float32"},
-        "output": {"name": "logits", "classes": saved_run.class_names(data, saved_run.num_outputs(cfg, data))},
+        "output": {
+            "name": "logits",
+            "classes": saved_run.class_names(
+                data, saved_run.num_outputs(cfg, data, app.run), saved_run.recorded_classes(app.run)
+            ),
+        },
         # What a deployment must do to an image before the network sees it (the run's preprocessing).
         "preprocessing": {
             "channels": data.channels,

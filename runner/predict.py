@@ -160,7 +160,16 @@ def predict(app, out_dir: str) -> dict:
     saved = saved_run.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
     net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
-    names = saved_run.class_names(data, saved_run.num_outputs(cfg, data))
+    recorded = saved_run.recorded_classes(app.run)
+    names = saved_run.class_names(data, saved_run.num_outputs(cfg, data, app.run), recorded)
+    current = [str(n) for n in (getattr(data, "class_names", None) or [])]
+    if recorded and current and current != recorded:
+        log.warning(
+            "the run's training data now names its classes %s, the run trained on %s (classes.json): the labels "
+            "are the run's, which its network's outputs stand for",
+            current[:6],
+            recorded[:6],
+        )
     k = min(app.topk, len(names))
 
     from runner.datasets import build_inputs

@@ -4,7 +4,7 @@ their effect through the CLI."""
 
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
 
 
 def _weights(path):
@@ -165,10 +165,9 @@ def test_accumulate_steps_through_the_cli(tmp_path):
     assert abs(m["val_accuracy"] - big["val_accuracy"]) < 0.1 and m["val_accuracy"] > 0.8
 
 
-def test_ema_is_what_is_evaluated_and_saved(tmp_path):
-    run_cli(tmp_path / "plain", *TINY)
+def test_ema_is_what_is_evaluated_and_saved(tmp_path, tiny_run):
     run_cli(tmp_path / "ema", *TINY, "ema.decay=0.9")
-    plain, ema = metrics(tmp_path / "plain"), metrics(tmp_path / "ema")
+    plain, ema = metrics(tiny_run), metrics(tmp_path / "ema")  # tiny_run: the same TINY run without EMA
     assert ema["final_loss"] == plain["final_loss"]  # the same training ...
     assert ema["val_loss"] != plain["val_loss"]  # ... evaluated on other weights
     saved = _weights(tmp_path / "ema" / "model.ckpt")
@@ -197,7 +196,7 @@ def test_resume_keeps_the_ema_and_the_window(tmp_path):
     ],
 )
 def test_bad_update_settings_are_refused(tmp_path, overrides, message):
-    proc = run_cli(tmp_path, *TINY, *overrides, check=False)
+    proc = run_in_process(tmp_path, *TINY, *overrides, check=False)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -45,6 +45,8 @@ USES = {
             "synthetic": {"val_fraction", "num_classes", "num_samples", "image_size"},
             "imagefolder": {"root", "on_bad_sample"},
             "cifar10": {"root"},
+            "cifar100": {"root"},
+            "mnist": {"root"},
         },
     ),
     "amp.loss_scale": (
@@ -189,10 +191,15 @@ def _problems(cfg):
     d = cfg.distributed
     if d.master_port and not 1 <= d.master_port <= 65535:
         yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
-    if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
+    if cfg.data.name in ("imagefolder", "cifar10", "cifar100", "mnist") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)
+    pr = cfg.profile
+    if pr.steps < 0 or pr.start_step < 1:
+        yield f"profile.steps must be >= 0 (0: off) and profile.start_step >= 1, got {pr.steps} and {pr.start_step}"
+    elif pr.steps == 0 and pr.start_step != 3:
+        yield f"profile.start_step={pr.start_step} does nothing while profile.steps=0 (off); set profile.steps too"
 
 
 def _watch_problems(cfg):
@@ -211,6 +218,14 @@ def _watch_problems(cfg):
                 f"{key}={name} needs validation during training, and {why} gives none: set "
                 "validation.every_epochs=N (with eval=true) or monitor train_loss"
             )
+    ck = cfg.checkpoint
+    if ck.top_k < 1:
+        yield f"checkpoint.top_k must be at least 1, got {ck.top_k}"
+    elif ck.top_k > 1 and (not ck.keep_best or ck.every_epochs == 0):
+        why = "checkpoint.keep_best=false keeps none" if not ck.keep_best else "checkpoint.every_epochs=0 saves none"
+        yield f"checkpoint.top_k={ck.top_k} keeps the best checkpoints by checkpoint.monitor, but {why}"
+    if ck.keep_last < 1:
+        yield f"checkpoint.keep_last must be at least 1 (a resume continues the latest), got {ck.keep_last}"
     if es.patience < 0 or es.min_delta < 0:
         yield f"early_stop.patience and early_stop.min_delta must not be negative, got {es.patience} and {es.min_delta}"
     elif es.patience == 0 and (str(es.monitor) != "auto" or es.min_delta != 0):

@@ -138,7 +138,10 @@ def read_state(ckpt_dir: str) -> dict:
         best = state.get("best")
         if best is not None and not isinstance(best, dict):
             raise TypeError("its best record is not an object")
-        names = [state["latest"]] + ([best["file"]] if best else [])
+        top = state.get("top_k") or []
+        if not isinstance(top, list) or not all(isinstance(b, dict) for b in top):
+            raise TypeError("its top_k record is not a list of objects")
+        names = [state["latest"]] + ([best["file"]] if best else []) + [b.get("file") for b in top]
         # Plain file names in checkpoints/ only: a hand-edited "../../x.ckpt" must not reach outside it.
         if not all(isinstance(n, str) and n and os.path.basename(n) == n for n in names):
             raise ValueError(f"checkpoint names {names} are not file names")

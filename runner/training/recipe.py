@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from runner.datasets import Data
     from runner.report.loggers import Loggers
     from runner.report.monitor import RunMonitor
+    from runner.report.profiling import ProfileWindow
     from runner.report.shapes import InputShapes
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Watch
@@ -159,6 +160,7 @@ class Recipe:
     watch: "Watch"  # validation, the best checkpoint's monitor, early stop
     checkpointer: "Checkpointer"
     shapes: "InputShapes"
+    profiler: Optional["ProfileWindow"]  # with profile.steps, else None
 
     def __init__(self, cfg, env: Env):
         self.cfg = cfg
@@ -190,6 +192,10 @@ class Recipe:
             augment=self.cfg.augment,
             label_depth=self.cfg.model.num_classes,
         )
+        if self.env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
+            from runner.rundir.saved_run import write_classes
+
+            write_classes(self.env.run_dir, data)
         self.make_net = partial(
             build_model, self.cfg.model, data.num_classes, data.channels, min(data.height, data.width)
         )
@@ -203,7 +209,7 @@ class Recipe:
                 self.cfg.model.num_classes - data.num_classes,
             )
         # before the optimizer takes the trainable params
-        self.fine_tune = prepare(net, self.cfg.init_from, self.cfg.optim.freeze)
+        self.fine_tune = prepare(net, self.cfg.init_from, self.cfg.optim.freeze, data.class_names)
 
     def build_training(self) -> None:
         """The steps that really run, the optimizer and the AMP train and eval Models."""
@@ -299,6 +305,7 @@ class Recipe:
             vetoed=self.guard_tripped,
         )
         self.shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
+        self.profiler = _profiler(cfg.profile, env)
 
     def guard_tripped(self) -> bool:
         """Whether the NaN guard stopped training (read by the callbacks while training runs)."""
@@ -325,6 +332,8 @@ class Recipe:
         # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
         # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
         callbacks = [self.monitor, self.shapes, *self.guarding.callbacks, *self.watch.callbacks(self.checkpointer)]
+        if self.profiler is not None:  # first: its window brackets the step as the other callbacks see it
+            callbacks.insert(0, self.profiler)
         start_step = self.start.get("global_step", 0)
         try:
             if start_step >= self.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
@@ -380,7 +389,7 @@ class Recipe:
         from runner.report.loggers import chosen
         from runner.rundir import resume_check
         from runner.training.optim import decay_record
-        from runner.training.validation import best_record
+        from runner.training.validation import best_record, top_records
 
         cfg, env = self.cfg, self.env
         return RunMetrics(
@@ -391,6 +400,7 @@ class Recipe:
             loss_curve=o.losses.tolist(),
             val_curve=self.watch.curve(),
             best_checkpoint=best_record(self.checkpointer, self.data.steps_per_epoch),
+            top_checkpoints=top_records(self.checkpointer, self.data.steps_per_epoch),
             early_stop=o.early_stop,
             fine_tune=self.fine_tune,
             **self.monitor.timing(),
@@ -432,6 +442,7 @@ class Recipe:
             resumed_from=self.start.get("path"),
             resume_changes=resume_check.recorded(env.run_dir) if self.start else {},
             loggers=chosen(cfg.logger),
+            profile=self.profiler.record() if self.profiler is not None else None,
         )
 
     def report(self, o: Outcome) -> RunMetrics:
@@ -489,3 +500,12 @@ class Recipe:
             self.env.run_dir,
         )
         raise SystemExit(128 + signum)
+
+
+def _profiler(profile_cfg, env: Env) -> Optional["ProfileWindow"]:
+    """MindSpore's profiler over profile.steps steps (rank 0 only), or None."""
+    if profile_cfg.steps <= 0 or env.rank != 0:
+        return None
+    from runner.report.profiling import ProfileWindow
+
+    return ProfileWindow(profile_cfg.start_step, profile_cfg.steps, env.run_dir, env.target)

@@ -302,9 +302,15 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse:
 
 def best_record(checkpointer, steps_per_epoch: int) -> Optional[dict]:
     """metrics.json's `best_checkpoint`: which checkpoint is the best, at which epoch, with what value."""
-    best = checkpointer.best
-    if not best:
-        return None
+    return _record(checkpointer.best, checkpointer, steps_per_epoch) if checkpointer.best else None
+
+
+def top_records(checkpointer, steps_per_epoch: int) -> list:
+    """metrics.json's `top_checkpoints`: the checkpoint.top_k kept best ones, best first, as best_record."""
+    return [_record(b, checkpointer, steps_per_epoch) for b in checkpointer.top]
+
+
+def _record(best: dict, checkpointer, steps_per_epoch: int) -> dict:
     return {
         "monitor": best["monitor"],
         "value": best["value"],
