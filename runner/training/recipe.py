@@ -18,7 +18,7 @@ from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
 from runner.rundir.claim import COMPLETE, claim, run_dir_of
 from runner.training import distributed
-from runner.training.environment import cap_cpu_isa, setup
+from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted
 
 log = logging.getLogger("runner")
@@ -36,6 +36,8 @@ class Env:
     rank: int
     world: int
     batch: int  # this rank's share of batch_size
+    conv: dict  # model.conv as run: asked, path, reason, cost (environment.choose_conv)
+    threads: Optional[int] = None  # CPU threads of this rank when ranks share the host (distributed.rank_threads)
 
 
 @dataclass
@@ -149,9 +151,18 @@ def interrupted_after_training(p: Parts, env: Env, signum: int):
 
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
-    isa = cap_cpu_isa(cfg.device, cfg.model.conv)  # before MindSpore loads: oneDNN reads it once
+    conv = choose_conv(cfg)  # model.conv=best decides before the cap, which depends on the path
+    isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
+    threads = distributed.rank_threads(cfg.distributed) if distributed.in_msrun() else None
+    if threads and target == "CPU":  # before the network is built: onednn's pool reads it when it starts
+        import mindspore as ms
+
+        from runner.models.onednn import THREADS_VAR
+
+        ms.set_context(runtime_num_threads=threads)
+        os.environ[THREADS_VAR] = str(threads)
     if rank == 0 and distributed.in_msrun():
         from runner.rundir import lock
 
@@ -161,7 +172,8 @@ def environment(cfg, run_dir: str) -> Env:
         from runner.report.outputs import write_config
 
         write_config(run_dir, cfg)
-    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, distributed.local_batch(cfg.batch_size, world))
+    batch = distributed.local_batch(cfg.batch_size, world)
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, threads)
 
 
 def build(cfg, env: Env) -> Parts:
@@ -181,7 +193,9 @@ def build_network(cfg, env: Env):
     data = build_data(
         cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
     )
-    make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    make_net = partial(
+        build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width), conv=env.conv["path"]
+    )
     net = make_net()
     if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
         log.warning(
@@ -390,6 +404,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         mode=env.mode,
         device_target=env.target,
         cpu_isa=env.isa,
+        conv=env.conv,
         seed=cfg.seed,
         batch_size=cfg.batch_size,
         effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
@@ -402,7 +417,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
             # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
             "sink_size": p.plan.sink_size,
         },
-        distributed={"workers": env.world, "per_rank_batch": env.batch},
+        distributed={"workers": env.world, "per_rank_batch": env.batch, "threads_per_rank": env.threads},
         train_samples=p.data.train_size,
         val_samples=p.data.val_size,
         versions=outputs.versions(),
