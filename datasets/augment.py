@@ -39,13 +39,35 @@ def _policy_op(settings):
     return None
 
 
-def sample_ops(settings, channels: int, height: int, width: int, mirrorable: bool) -> list:
-    """Per-image ops on HWC uint8 images of height x width, to run after resizing and before ToTensor.
+def replaces_resize(settings) -> bool:
+    """Whether training's first op is a random-resized crop, which takes the decoded image of any
+    size itself, so the padding's resize must not run before it."""
+    return bool(settings.resized_crop)
 
-    height/width: the size every image has at this point (random crops return to it); None when
+
+def _gray_safe(op, channels: int) -> list:
+    """op, run through RGB for gray images: MindSpore's policies and colour adjustment accept only
+    3-channel HWC uint8 images (docs/mindspore-notes.md#policy-rgb-only). Gray -> RGB copies the value
+    into three equal channels, every such op keeps them equal (there is no hue or saturation to
+    change), and RGB -> gray returns that value: the gray image the op would have produced."""
+    if channels != 1:
+        return [op]
+    return [V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB), op, V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY)]
+
+
+def sample_ops(settings, channels: int, height: int, width: int, mirrorable: bool) -> list:
+    """Per-image ops on HWC uint8 images, to run before ToTensor: after the padding's resize to
+    height x width, or, with resized_crop (replaces_resize), on the decoded image itself.
+
+    height/width: the size every image has at the end (random crops return to it); None when
     sizes vary, which only the size-keeping ops allow.
     """
     ops = []
+    if settings.resized_crop:
+        if height is None:
+            raise ValueError("a random-resized crop needs one input size for every image (padding=fixed)")
+        scale, ratio = tuple(settings.crop_scale), tuple(settings.crop_ratio)
+        ops.append(V.RandomResizedCrop((height, width), scale=scale, ratio=ratio))
     if settings.crop_padding > 0:
         if height is None:
             raise ValueError("a random crop needs one input size for every image (padding=fixed)")
@@ -61,20 +83,12 @@ def sample_ops(settings, channels: int, height: int, width: int, mirrorable: boo
                 scale=(1 - s, 1 + s) if s else None,
             )
         )
+    if settings.color_jitter or settings.color_jitter_hue:
+        j = float(settings.color_jitter)
+        ops += _gray_safe(V.RandomColorAdjust(j, j, j, float(settings.color_jitter_hue)), channels)
     policy = _policy_op(settings)
     if policy is not None:
-        if channels == 1:
-            # The policies accept only 3-channel HWC uint8 images (docs/mindspore-notes.md#policy-rgb-only).
-            # Gray -> RGB copies the value into three equal channels, every op of these policies keeps
-            # them equal (colour ops have no hue to change), and RGB -> gray returns that value: the
-            # round trip is the gray image the policy would have produced.
-            ops += [
-                V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB),
-                policy,
-                V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY),
-            ]
-        else:
-            ops.append(policy)
+        ops += _gray_safe(policy, channels)
     return ops
 
 

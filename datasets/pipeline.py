@@ -34,8 +34,11 @@ class Data:
     augment: Optional[dict] = None  # datasets.augment.describe: what training applies
 
 
-def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=()):
-    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says, then augmented."""
+def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=(), resize=True):
+    """HWC uint8 -> CHW float in [0, 1], shaped per sample as the padding option says, then augmented.
+
+    resize=False: the augmentation's random-resized crop shapes the samples instead.
+    """
     ops = []
     if cfg.channels == 1 and channels_on_disk == 3:
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_RGB2GRAY))
@@ -43,7 +46,7 @@ def _sample_ops(cfg, padding, channels_on_disk, sizes, augment_ops=()):
         ops.append(V.ConvertColor(V.ConvertMode.COLOR_GRAY2RGB))
     # ToTensor makes CHW, also from the 2-D arrays grayscale conversion leaves.
     # Augmentation after the resize: crops and affines work at the size the network sees.
-    return ops + P.sample_ops(padding, sizes) + list(augment_ops) + [V.ToTensor()]
+    return ops + (P.sample_ops(padding, sizes) if resize else []) + list(augment_ops) + [V.ToTensor()]
 
 
 def _batch_ops(cfg):
@@ -57,11 +60,13 @@ def _batch_ops(cfg):
 def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, train: bool, augment=None):
     """Samples of (HWC uint8 image, label) -> normalized CHW float batches, shaped as `padding` says.
 
-    augment: (per-image ops, per-tensor ops, label ops, batch ops) of datasets/augment.py, or None.
+    augment: (per-image ops, per-tensor ops, label ops, batch ops, replaces the resize) of
+    datasets/augment.py, or None.
     """
     workers = cfg.num_parallel_workers
-    image_ops, tensor_ops, label_ops, mix_ops = augment or ([], [], [], [])
-    d = d.map(_sample_ops(cfg, padding, channels_on_disk, sizes, image_ops), "image", num_parallel_workers=workers)
+    image_ops, tensor_ops, label_ops, mix_ops, own_resize = augment or ([], [], [], [], False)
+    sample = _sample_ops(cfg, padding, channels_on_disk, sizes, image_ops, resize=not own_resize)
+    d = d.map(sample, "image", num_parallel_workers=workers)
     if tensor_ops:  # one worker: their own generator must see the images in pipeline order
         d = d.map(tensor_ops, "image", num_parallel_workers=1)
     d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
@@ -111,6 +116,7 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=Non
             A.tensor_ops(augment, seed),
             A.one_hot(depth) if mix else [],
             mix,
+            A.replaces_resize(augment),
         )
 
     def pipeline(d, sizes, train):

@@ -74,6 +74,7 @@ class DataConfig:
 class AugmentName(Choice):
     none = "none"
     basic = "basic"
+    imagenet = "imagenet"
     randaugment = "randaugment"
     autoaugment = "autoaugment"
     trivialaugment = "trivialaugment"
@@ -97,6 +98,16 @@ class AugmentConfig:
 
     name: AugmentName = MISSING
     crop_padding: int = 0  # random crop back to the input size after padding each side this many pixels
+    # Random-resized crop (Szegedy et al. 2015; MindCV's and timm's ImageNet training crop): a random
+    # area share `crop_scale` and aspect `crop_ratio` of the decoded image, resized to the input size.
+    # It replaces padding.method's resize in training; validation keeps padding.method.
+    resized_crop: bool = False
+    crop_scale: List[float] = field(default_factory=lambda: [0.08, 1.0])  # resized_crop only
+    crop_ratio: List[float] = field(default_factory=lambda: [0.75, 4 / 3])  # resized_crop only
+    # Colour jitter: brightness, contrast and saturation each scaled by a factor in [1 - x, 1 + x]
+    # (timm's and MindCV's scalar color_jitter); hue shifted within +-color_jitter_hue (0..0.5). 0: off.
+    color_jitter: float = 0.0
+    color_jitter_hue: float = 0.0
     hflip: Optional[bool] = None  # null: on where data.mirrorable, except augment=none
     affine_degrees: float = 0.0  # random rotation within +-degrees
     affine_translate: float = 0.0  # random shift within +-this fraction of the side

@@ -35,6 +35,11 @@ CSRC = Path(__file__).with_name("csrc")
 SOURCE = CSRC / "onednn_conv.cc"
 HEADERS = CSRC / "third_party" / "onednn" / "include"
 FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC"]
+# The only variables the compiler is given. The rest of the environment must not shape the library:
+# GCC and ld read CPATH, CPLUS_INCLUDE_PATH, LIBRARY_PATH, GCC_EXEC_PREFIX, COMPILER_PATH, LD_RUN_PATH ...
+# (a header or library found there would be compiled into a file every later run loads). PATH finds
+# the assembler and linker, so it is part of the cache key; TMPDIR only holds temporary files.
+BUILD_ENV = ("PATH", "TMPDIR")
 # dnnl_version()->cpu_runtime of a build for the threadpool runtime, the one the C++ side drives.
 THREADPOOL_RUNTIME = 8
 HEADERS_VERSION = (3, 9)  # third_party/onednn: the library must be this release or a later 3.x
@@ -167,18 +172,13 @@ def find_compiler() -> str:
 
 
 def library() -> str:
-    """The compiled operator library's path; built on first use, once per source, MindSpore and compiler.
+    """The compiled operator library's path; built on first use, once per source_key and build_key.
 
     A library built earlier on this machine from the same source, headers, flags and MindSpore is used
     as it is when no compiler is found now: only the first run on a machine needs one.
     """
     dnnl = mindspore_onednn()
-    digest = hashlib.sha256()
-    headers = [h.read_bytes() for h in sorted(HEADERS.rglob("*")) if h.is_file()]
-    for part in (SOURCE.read_bytes(), *headers, str(dnnl).encode(), str(dnnl.stat().st_size).encode()):
-        digest.update(part)
-    digest.update(" ".join(FLAGS).encode())
-    stem = f"onednn-conv-{digest.hexdigest()[:16]}"
+    stem = f"onednn-conv-{source_key(dnnl)[:16]}"
     try:
         compiler = find_compiler()
     except ModelError:
@@ -187,7 +187,7 @@ def library() -> str:
                 if _loads(built):
                     return str(built)
         raise
-    name = f"{stem}-{hashlib.sha256(compiler.encode()).hexdigest()[:8]}.so"
+    name = f"{stem}-{build_key(compiler, dnnl)[:16]}.so"
     for where in _private_dirs(create=True):
         try:
             if (where / name).is_file() and _loads(where / name):
@@ -224,6 +224,51 @@ def cache_dir() -> Path:
     return Path(root) / "mindspore-runner"
 
 
+def source_key(dnnl: Path) -> str:
+    """A digest of what the library is built from, whatever the compiler: the source and headers, the
+    flags and MindSpore's oneDNN file (path, size, time). A library with this key serves when no
+    compiler is found."""
+    digest = hashlib.sha256()
+    for h in [SOURCE, *sorted(p for p in HEADERS.rglob("*") if p.is_file())]:
+        digest.update(str(h.relative_to(CSRC)).encode() + b"\0" + h.read_bytes() + b"\0")
+    st = dnnl.resolve().stat()
+    digest.update(f"{dnnl.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{' '.join(FLAGS)}".encode())
+    return digest.hexdigest()
+
+
+def build_key(compiler: str, dnnl: Path) -> str:
+    """A digest of everything that shapes the library: the source and headers, the command line, the
+    compiler's and MindSpore's oneDNN files (path, size, time: a changed or replaced one is a new key)
+    and the environment the compiler runs in."""
+    digest = hashlib.sha256()
+    for h in [SOURCE, *sorted(p for p in HEADERS.rglob("*") if p.is_file())]:
+        digest.update(str(h.relative_to(CSRC)).encode() + b"\0" + h.read_bytes() + b"\0")
+    for f in (Path(shutil.which(compiler) or compiler).resolve(), dnnl.resolve()):
+        st = f.stat()
+        digest.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    digest.update("\0".join(_command(compiler, dnnl, "OUT")).encode())
+    digest.update(repr(sorted(_build_env().items())).encode())
+    return digest.hexdigest()
+
+
+def _build_env() -> dict:
+    return {k: os.environ[k] for k in BUILD_ENV if k in os.environ} | {"LC_ALL": "C"}
+
+
+def _command(compiler: str, dnnl: Path, out: str) -> list:
+    return [
+        compiler,
+        *FLAGS,
+        f"-I{HEADERS}",
+        str(SOURCE),
+        "-o",
+        out,
+        str(dnnl),
+        f"-Wl,-rpath,{dnnl.parent}",
+        "-lpthread",
+    ]
+
+
 def _private(directory: Path) -> bool:
     st = directory.stat()
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
@@ -241,19 +286,8 @@ def _loads(path: Path) -> bool:
 def _compile(compiler: str, dnnl: Path, out: Path) -> str:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [
-        compiler,
-        *FLAGS,
-        f"-I{HEADERS}",
-        str(SOURCE),
-        "-o",
-        tmp,
-        str(dnnl),
-        f"-Wl,-rpath,{dnnl.parent}",
-        "-lpthread",
-    ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(_command(compiler, dnnl, tmp), capture_output=True, text=True, env=_build_env())
     except BaseException:  # Ctrl-C or a compiler that cannot start: leave no half-built file behind
         os.unlink(tmp)
         raise

@@ -3,7 +3,6 @@ typed config and hands it to run(). runner/cli/app.py checks what Hydra would ac
 
 import logging
 import math
-import os
 import sys
 import traceback
 from typing import Optional
@@ -13,10 +12,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from runner.cli.app import entry_point, interrupted, quiet_interrupt
-from runner.config.checks import check_tools, validate
+from runner.config.checks import check_loggers, check_tools, validate
 from runner.config.schema import register
 from runner.errors import print_user_error, user_errors
 from runner.rundir.atomic import write_json
+from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
 
 register()
@@ -30,6 +30,7 @@ def main(cfg) -> Optional[float]:
     try:
         validate(cfg)  # once per process, before anything heavy
         check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
+        check_loggers(cfg)
         if cfg.dry_run:
             print("Configuration is valid (dry_run=true: nothing was trained).")
             return None
@@ -52,7 +53,7 @@ def main(cfg) -> Optional[float]:
         else:
             traceback.print_exc()
         job_dir = HydraConfig.get().runtime.output_dir
-        write_json(os.path.join(job_dir, "failed.json"), {"error": str(e), "error_type": type(e).__name__})
+        write_json(RunDir(job_dir).failed, {"error": str(e), "error_type": type(e).__name__})
         return math.nan
 
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from runner.config.checks import validate
 from runner.errors import ConfigError
 
-POLICIES = ["none", "basic", "randaugment", "autoaugment", "trivialaugment"]
+POLICIES = ["none", "basic", "imagenet", "randaugment", "autoaugment", "trivialaugment"]
 # Every random draw of the pipeline at once: image policy, crop, erasing, and batch mixing.
 ALL_RANDOM = [
     "augment=randaugment",
@@ -49,6 +49,7 @@ def test_every_option_trains_with_one_compile(tmp_path):
     assert seen == {
         "none": [],
         "basic": ["RandomCrop", "RandomAffine"],
+        "imagenet": ["RandomResizedCrop", "RandomColorAdjust"],
         "randaugment": ["RandomCrop", "RandAugment"],
         "autoaugment": ["RandomCrop", "AutoAugment"],
         "trivialaugment": ["RandomCrop", "TrivialAugmentWide"],
@@ -140,6 +141,13 @@ def test_augmented_runs_repeat_from_the_seed_and_resume_exactly(tmp_path):
         (["augment=randaugment", "augment.randaugment_magnitude=31"], "augment.randaugment_magnitude"),
         (["augment=basic", "augment.randaugment_num_ops=3"], "augment=basic does not use augment.randaugment_num_ops"),
         (["augment=randaugment", "augment.autoaugment_policy=svhn"], "does not use augment.autoaugment_policy"),
+        (["augment=imagenet", "augment.crop_padding=2"], "are two random crops of one image"),
+        (["augment=basic", "augment.crop_scale=[0.5,1]"], "does nothing without augment.resized_crop=true"),
+        (["augment=imagenet", "augment.crop_scale=[0.5,1.5]"], "augment.crop_scale is [min, max] area shares"),
+        (["augment=imagenet", "augment.crop_ratio=[2,1]"], "augment.crop_ratio is [min, max] aspect ratios"),
+        (["augment=imagenet", "padding=bucket"], "augment.resized_crop=true resizes every crop to one input size"),
+        (["augment.color_jitter=1.5"], "augment.color_jitter must be in [0, 1]"),
+        (["augment.color_jitter_hue=0.1"], "does nothing to gray images (data.channels=1)"),
     ],
 )
 def test_conflicts_and_bad_values_are_refused(overrides, message):
@@ -195,6 +203,8 @@ def _through_pipeline(image, ops, n):
         {"name": "randaugment"},
         {"name": "autoaugment", "autoaugment_policy": "svhn"},
         {"name": "trivialaugment"},
+        {"resized_crop": True},
+        {"color_jitter": 0.4},
     ],
 )
 def test_each_image_op_changes_images_and_keeps_their_shape(channels, changes):
@@ -207,6 +217,46 @@ def test_each_image_op_changes_images_and_keeps_their_shape(channels, changes):
     assert all(o.shape[:2] == (16, 16) and o.size == image.size and o.dtype == np.uint8 for o in outputs)
     changed = [not np.array_equal(o.reshape(image.shape), image) for o in outputs]
     assert any(changed) and len({o.tobytes() for o in outputs}) > 1  # random: not one fixed transform
+
+
+def test_hue_jitter_changes_colour_images():
+    from runner.datasets.augment import sample_ops
+
+    ops = sample_ops(_settings(color_jitter_hue=0.3), 3, 16, 16, mirrorable=False)
+    assert [type(op).__name__ for op in ops] == ["RandomColorAdjust"]
+    image = np.random.RandomState(0).randint(0, 256, (16, 16, 3)).astype(np.uint8)
+    outputs = _through_pipeline(image, ops, 8)
+    assert len({o.tobytes() for o in outputs}) > 1 and not all(np.array_equal(o, image) for o in outputs)
+
+
+def _first_batches(seed, *overrides):
+    from runner.datasets import build_data
+
+    cfg = compose_cfg("data=synthetic", "data.num_samples=64", "data.image_size=16", *overrides)
+    validate(cfg)
+    data = build_data(cfg.data, cfg.padding, 16, seed, augment=cfg.augment)
+    first = lambda d: next(d.create_tuple_iterator(num_epochs=1, output_numpy=True))[0]  # noqa: E731
+    return first(data.train), first(data.val), data
+
+
+def test_resized_crop_takes_the_decoded_image_and_follows_the_seed():
+    # padding.method=pad puts a border of fill (-1 once normalised) around each 16 px image in 24 px.
+    # The random-resized crop replaces that in training: a crop of the whole image (scale 1, ratio 1)
+    # fills the 24 px with image pixels, while validation keeps the padded border.
+    whole = ["augment=imagenet", "augment.crop_scale=[1,1]", "augment.crop_ratio=[1,1]", "augment.color_jitter=0"]
+    pad = ["padding.height=24", "padding.width=24", "padding.method=pad"]
+    train, val, data = _first_batches(0, *whole, *pad)
+    assert train.shape == (16, 3, 24, 24) and val.shape[1:] == (3, 24, 24)
+    assert np.all(val[:, :, :4, :] == -1) and not np.any(np.all(train[:, :, :4, :] == -1, axis=(1, 2, 3)))
+    assert data.augment["image_ops"] == ["RandomResizedCrop"]
+    # The default crop (8%..100% of the area) and the jitter draw from the run's seed: the same seed
+    # gives the same batch, another seed another.
+    a, _, _ = _first_batches(0, "augment=imagenet", "augment.color_jitter_hue=0.1")
+    b, _, _ = _first_batches(0, "augment=imagenet", "augment.color_jitter_hue=0.1")
+    c, _, _ = _first_batches(1, "augment=imagenet", "augment.color_jitter_hue=0.1")
+    plain, _, _ = _first_batches(0)
+    assert np.array_equal(a, b) and a.shape == c.shape == plain.shape == (16, 3, 16, 16)
+    assert not np.array_equal(a, c) and not np.array_equal(a, plain)
 
 
 @pytest.mark.parametrize("name", ["randaugment", "autoaugment", "trivialaugment"])
@@ -263,13 +313,31 @@ def test_label_smoothing_and_soft_labels_keep_the_loss_finite_and_exact():
         assert hard == pytest.approx(float(-(((np.eye(3)[[1, 2]]) * (1 - eps) + eps / 3) * log_p).sum(1).mean()))
 
 
-def test_per_class_accuracy_counts_each_class():
-    from runner.report.accuracy import PerClassAccuracy
+def test_scores_count_each_class():
+    from runner.report.accuracy import Scores
 
-    metric = PerClassAccuracy(4)
+    metric = Scores(4)
     logits = np.eye(4, dtype=np.float32)[[0, 1, 1, 3, 0]]
     metric.update(logits, np.array([0, 1, 2, 3, 3]))
-    assert metric.eval() == [1.0, 1.0, 0.0, 0.5]
+    result = metric.eval()
+    assert result["per_class"] == [1.0, 1.0, 0.0, 0.5] and result["top1"] == 0.6 and result["top5"] is None
+    assert result["confusion"][2] == [0, 1, 0, 0]  # the class-2 sample was called class 1
     metric.clear()
     metric.update(logits[:1], np.array([0]))
-    assert metric.eval() == [1.0, None, None, None]
+    assert metric.eval()["per_class"] == [1.0, None, None, None]
+
+
+def test_scores_agree_with_mindspores_accuracy_and_top5_over_several_batches():
+    from mindspore import nn
+
+    from runner.report.accuracy import Scores
+
+    rng = np.random.RandomState(0)
+    ours, top1, top5 = Scores(10), nn.Accuracy(), nn.TopKCategoricalAccuracy(5)
+    for n in (32, 32, 7):  # a partial last batch, as a validation set has
+        logits, labels = rng.randn(n, 10).astype(np.float32), rng.randint(0, 10, n)
+        for m in (ours, top1, top5):
+            m.update(logits, labels)
+    result = ours.eval()
+    assert result["top1"] == pytest.approx(top1.eval()) and result["top5"] == pytest.approx(top5.eval())
+    assert sum(map(sum, result["confusion"])) == 71

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import REPO, TINY, cli_in_process, dry_run, metrics, run_cli
 
 
 def clean_error(proc, *words, code=2):
@@ -69,15 +69,14 @@ def test_skip_leaves_out_and_lists_dangling_links_and_oversized_images(tmp_path)
     ],
 )
 def test_bad_values_are_refused_before_anything_runs(tmp_path, overrides, words):
-    proc = run_cli(tmp_path, *overrides, "dry_run=true", check=False)
-    clean_error(proc, *words)
+    clean_error(dry_run(tmp_path, *overrides), *words)
 
 
 def test_unknown_isa_in_the_environment(tmp_path):
-    proc = run_cli(tmp_path, "dry_run=true", env={"ONEDNN_MAX_CPU_ISA": "garbage"}, check=False)
+    proc = dry_run(tmp_path, env={"ONEDNN_MAX_CPU_ISA": "garbage"})
     clean_error(proc, "ONEDNN_MAX_CPU_ISA='garbage'", "SSE41")
     # oneDNN reads the names in any case.
-    assert run_cli(tmp_path / "b", "dry_run=true", env={"ONEDNN_MAX_CPU_ISA": "avx2"}, check=False).returncode == 0
+    assert dry_run(tmp_path / "b", env={"ONEDNN_MAX_CPU_ISA": "avx2"}).returncode == 0
 
 
 def test_val_fraction_leaving_no_training_rows(tmp_path):
@@ -99,26 +98,23 @@ def test_master_port_in_use_is_named_before_msrun_waits(tmp_path):
 def test_quoted_run_dir_under_dp(tmp_path):
     # Quotes (needed for spaces) are Hydra's syntax: the checks see the path Hydra will use, and no
     # directory named after a quote appears.
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "runner", "distributed=dp", "dry_run=true"]
-    proc = subprocess.run(
-        [*cmd, "hydra.run.dir='/proc/no such/run'"], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    args = ["distributed=dp", "dry_run=true"]
+    proc = cli_in_process(*args, "hydra.run.dir='/proc/no such/run'", cwd=tmp_path)
     clean_error(proc, "cannot write the run's outputs under '/proc/no such/run'")
     target = tmp_path / "with space" / "run"
-    proc = subprocess.run([*cmd, f"hydra.run.dir='{target}'"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = cli_in_process(*args, f"hydra.run.dir='{target}'", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert target.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["with space"]
 
 
 @pytest.mark.skipif(shutil.which("sbatch") is not None, reason="Slurm is installed here")
 def test_slurm_launcher_without_slurm(tmp_path):
-    proc = run_cli(tmp_path, "hydra/launcher=submitit_slurm", "dry_run=true", multirun=True, check=False)
+    proc = dry_run(tmp_path, "hydra/launcher=submitit_slurm", multirun=True)
     clean_error(proc, "hydra/launcher=submitit_slurm needs Slurm", "Slurm was not found")
 
 
 def test_unquoted_path_with_spaces_gets_a_hint(tmp_path):
-    proc = run_cli(tmp_path, "data=imagefolder", "data.root=/my", "images/set", "dry_run=true", check=False)
+    proc = dry_run(tmp_path, "data=imagefolder", "data.root=/my", "images/set")
     clean_error(proc, "'images/set'", "quote the whole override", "'data.root=/my images/set'")
 
 

@@ -80,7 +80,7 @@ def test_each_path_matches_nn_conv2d_forward_and_backward(pynative, shape, path)
     cin, cout, k, s, p, size = shape
     rng = np.random.default_rng(0)
     ref = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
-    alt = C.Conv2d(cin, cout, k, s, p, path, size)
+    alt = C.PathConv2d(cin, cout, k, s, p, path, size)
     alt.weight.set_data(ref.weight.data)
     out = C.conv_output_size(size, k, s, p)
     x = Tensor(rng.standard_normal((2, cin, size, size), dtype=np.float32))
@@ -93,8 +93,8 @@ def test_each_path_matches_nn_conv2d_forward_and_backward(pynative, shape, path)
 @needs_compiler
 def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
     rng = np.random.default_rng(1)
-    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
-    dnn = C.Conv2d(4, 6, 3, 2, 1, "onednn", 6)
+    ref = C.PathConv2d(4, 6, 3, 2, 1, "native", 6)
+    dnn = C.PathConv2d(4, 6, 3, 2, 1, "onednn", 6)
     dnn.weight.set_data(ref.weight.data)
     for size in (6, 9):  # planned for 6; oneDNN primitives are made per input shape, so 9 runs it too
         out = C.conv_output_size(size, 3, 2, 1)
@@ -145,10 +145,39 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
         onednn.library()
 
 
+@needs_compiler
+def test_onednn_build_ignores_compiler_search_variables_and_keys_on_the_compiler(tmp_path, monkeypatch):
+    # CPATH and its kin would compile a header of their choosing into a library every later run loads.
+    from pathlib import Path
+
+    from runner.models import onednn
+
+    poison = tmp_path / "poison"
+    poison.mkdir()
+    for header in ("cstdint", "vector", "sched.h"):
+        (poison / header).write_text("#error poisoned header\n")
+    for var in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH"):
+        monkeypatch.setenv(var, str(poison))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert onednn._loads(Path(onednn.library()))
+    # The key covers what shapes the build: the compiler's file itself (not only its name) and PATH
+    # (which finds the assembler and linker).
+    dnnl = onednn.mindspore_onednn()
+    wrapper = tmp_path / "cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec {find_compiler()} "$@"\n')
+    wrapper.chmod(0o755)
+    key = onednn.build_key(str(wrapper), dnnl)
+    wrapper.write_text(f'#!/bin/sh\nexec {find_compiler()} -DOTHER "$@"\n')
+    assert onednn.build_key(str(wrapper), dnnl) != key
+    key = onednn.build_key(str(wrapper), dnnl)
+    monkeypatch.setenv("PATH", f"{poison}:{os.environ['PATH']}")
+    assert onednn.build_key(str(wrapper), dnnl) != key
+
+
 def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
     rng = np.random.default_rng(1)
-    ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)
-    gemm = C.Conv2d(4, 6, 3, 1, 1, "gemm", 4)
+    ref = C.PathConv2d(4, 6, 3, 1, 1, "native", 4)
+    gemm = C.PathConv2d(4, 6, 3, 1, 1, "gemm", 4)
     gemm.weight.set_data(ref.weight.data)
     for size in (4, 6):  # 6: built for 4, so this graph runs the native convolution instead
         x = Tensor(rng.standard_normal((3, 4, size, size), dtype=np.float32))
@@ -159,8 +188,8 @@ def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
 
 def test_gemm_runs_in_float16_as_amp_o2_casts_it(graph):
     rng = np.random.default_rng(3)
-    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
-    gemm = C.Conv2d(4, 6, 3, 2, 1, "gemm", 6)
+    ref = C.PathConv2d(4, 6, 3, 2, 1, "native", 6)
+    gemm = C.PathConv2d(4, 6, 3, 2, 1, "gemm", 6)
     gemm.weight.set_data(ref.weight.data)
     x = Tensor(rng.standard_normal((2, 4, 6, 6), dtype=np.float32))
     want = ref(x).asnumpy()
@@ -175,7 +204,7 @@ def test_checkpoint_saved_under_one_choice_loads_under_another(pynative, tmp_pat
     build = dict(style="cifar", depth=8, width=4, num_classes=3, in_channels=1, image_size=8)
     native, alt = resnet(**build, conv="native"), resnet(**build, conv=other)
     assert [p.name for p in native.get_parameters()] == [p.name for p in alt.get_parameters()]
-    assert {c.path for _, c in alt.cells_and_names() if isinstance(c, C.Conv2d)} == {other}
+    assert {c.path for _, c in alt.cells_and_names() if isinstance(c, C.PathConv2d)} == {other}
     path = str(tmp_path / "native.ckpt")
     ms.save_checkpoint(native, path)
     not_loaded, _ = ms.load_param_into_net(alt, ms.load_checkpoint(path), strict_load=True)

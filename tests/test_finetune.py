@@ -91,6 +91,9 @@ def test_freeze_patterns_are_checked():
         freeze(net, ["stme"])
     with pytest.raises(ConfigError, match="nothing would train"):
         freeze(build_model(cfg.model, 10, 1, 8), ["*"])
+    with pytest.raises(ConfigError, match=r"\['\*relu'\] select\(s\) only cells without parameters"):
+        freeze(net, ["stem", "*relu"])  # activations: a pattern that freezes nothing is refused
+    assert len(net.trainable_params()) == len(build_model(cfg.model, 10, 1, 8).trainable_params())  # nothing frozen
     record = freeze(net, ["layer*.0.bn1"])  # globs, as amp.keep_fp32
     assert record["frozen"] == ["layer1.0.bn1", "layer2.0.bn1", "layer3.0.bn1"]
     assert not any(p.name.startswith("layer1.0.bn1") for p in net.trainable_params())

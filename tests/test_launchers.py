@@ -1,17 +1,15 @@
 """Hydra launchers and sweepers from their plugin packages, driving the real runner."""
 
-import subprocess
-import sys
+import csv
 
 import pytest
 import yaml
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import TINY, cli_in_process, metrics, run_cli
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
 def test_launcher_configs_compose(launcher):
-    cmd = [sys.executable, "-m", "runner", f"hydra/launcher={launcher}", "--cfg", "hydra"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = cli_in_process(f"hydra/launcher={launcher}", "--cfg", "hydra")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert launcher.split("_")[0] in yaml.safe_load(proc.stdout)["hydra"]["launcher"]["_target_"].lower()
 
@@ -42,3 +40,30 @@ def test_sweep_through_launcher(tmp_path, launcher):
     assert seeds == [0, 1]
     if launcher == "submitit_local":
         assert (tmp_path / ".submitit").is_dir()
+
+
+def optuna_sweep(tmp_path, *overrides):
+    proc = cli_in_process("-m", f"hydra.sweep.dir={tmp_path}", "hydra/sweeper=optuna_accuracy", *overrides)
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "alembic" not in out, out[-3000:]
+    statuses = [row["status"] for row in csv.DictReader(open(tmp_path / "summary.csv"))]
+    return proc, out, statuses
+
+
+def test_optuna_dry_run_validates_its_trials(tmp_path):
+    proc, out, statuses = optuna_sweep(
+        tmp_path, "hydra.sweeper.n_trials=2", "optim.lr=interval(0.02,0.2)", "dry_run=true"
+    )
+    assert proc.returncode == 0, out[-3000:]
+    assert statuses == ["validated", "validated"]
+    assert "2 of 2 Optuna trials validated; nothing was searched" in out
+    assert not (tmp_path / "optimization_results.yaml").exists()  # no search, no "best" trial
+
+
+@pytest.mark.slow
+def test_optuna_sweep_with_only_failed_trials_ends_with_its_summary(tmp_path):
+    # A failed job returns NaN, which Optuna 4 refuses with an exception: the search used to end there.
+    proc, out, statuses = optuna_sweep(tmp_path, "hydra.sweeper.n_trials=1", "optim.lr=interval(-0.2,-0.1)")
+    assert proc.returncode == 1, out[-3000:]
+    assert statuses == ["failed"] and "optim.lr must be positive" in out
+    assert "No Optuna trial completed" in out

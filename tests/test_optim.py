@@ -57,7 +57,7 @@ def test_optimizers_take_their_settings():
     params = nn.Dense(3, 2).trainable_params()
     sgd = build_optimizer(compose_cfg("optim.momentum=0.8", "optim.weight_decay=0.01").optim, params, 4, 8)
     assert isinstance(sgd, nn.Momentum) and float(sgd.momentum.asnumpy()) == pytest.approx(0.8)
-    assert float(sgd.weight_decay.asnumpy()) == pytest.approx(0.01) and not sgd.use_nesterov
+    assert [float(w.asnumpy()) for w in sgd.weight_decay] == pytest.approx([0.01, 0.0]) and not sgd.use_nesterov
     nesterov = build_optimizer(compose_cfg("optim=sgd").optim, params, 4, 8)
     assert isinstance(nesterov, nn.SGD) and nesterov.nesterov
     adam = build_optimizer(compose_cfg("optim=adam", "optim.momentum=0.85", "optim.beta2=0.99").optim, params, 4, 8)
@@ -72,7 +72,13 @@ def test_optimizers_take_their_settings():
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["optim=sgd", "optim.schedule=multistep", "optim.milestones=[0.5]", "optim.warmup_epochs=0.2"],
+        [
+            "optim=sgd",
+            "optim.schedule=multistep",
+            "optim.milestones=[0.5]",
+            "optim.warmup_epochs=0.2",
+            "optim.filter_bias_and_bn=false",
+        ],
         ["optim=adamw", "optim.schedule=onecycle"],
         ["optim=lion", "optim.lr=1e-3", "optim.schedule=exponential", "optim.gamma=0.9"],
         ["optim=adam", "optim.schedule=step", "optim.step_epochs=0.5"],
@@ -82,6 +88,7 @@ def test_each_optimizer_trains_through_the_cli(tmp_path, overrides):
     run_cli(tmp_path, *TINY, *overrides)
     m = metrics(tmp_path)
     assert m["val_accuracy"] > 0.5 and m["optimizer_updates"] == 44
+    assert m["weight_decay"]["filter_bias_and_bn"] is ("optim.filter_bias_and_bn=false" not in overrides)
 
 
 def test_checkpoint_holds_the_schedule_not_a_rate_per_step(tmp_path):
@@ -106,6 +113,63 @@ def test_checkpoint_holds_the_schedule_not_a_rate_per_step(tmp_path):
     assert first.stat().st_size < 400_000  # the weights of a width-8 resnet8 and their moments
 
 
+def _conv_bn_dense():
+    from mindspore import nn
+
+    return nn.SequentialCell(
+        nn.Conv2d(1, 2, 3, has_bias=True), nn.BatchNorm2d(2), nn.Flatten(), nn.Dense(2 * 4 * 4, 3, has_bias=True)
+    )
+
+
+# One per code path that applies decay: the base Optimizer's (momentum; sgd and adam share it),
+# AdamWeightDecay's decoupled one, MindCV Lion's own.
+@pytest.mark.parametrize("name", ["momentum", "adamw", "lion"])
+def test_weight_decay_skips_biases_and_batchnorm_unless_told(name):
+    import numpy as np
+    from mindspore import ops
+
+    from runner.training.optim import decay_record
+
+    for filtered in (True, False):
+        net = _conv_bn_dense()
+        cfg = compose_cfg(f"optim={name}", "optim.weight_decay=0.1", f"optim.filter_bias_and_bn={filtered}").optim
+        opt = build_optimizer(cfg, net.trainable_params(), 4, 8)
+        decayed = {p.name for p, f in zip(opt.parameters, opt.decay_flags) if f}
+        kernels = {"0.weight", "3.weight"}  # the conv and dense kernels; biases, gamma, beta are 1-D
+        assert decayed == (kernels if filtered else {p.name for p in net.trainable_params()}), (name, filtered)
+        record = decay_record(opt, cfg)
+        assert record["filter_bias_and_bn"] is filtered and record["value"] == pytest.approx(0.1)
+        assert record["decayed_tensors"] == len(decayed) and record["exempt_tensors"] == 6 - len(decayed)
+        # What the update does, not only its flags: with zero gradients only weight decay moves a
+        # parameter (unfiltered, MindSpore's own name filter would have left BatchNorm's gamma and beta alone).
+        for p in opt.parameters:
+            p.set_data(ops.ones_like(p))  # biases and beta start at 0, which decay would not move
+        opt(tuple(ops.zeros_like(p) for p in opt.parameters))
+        moved = {p.name for p in opt.parameters if not np.allclose(p.asnumpy(), 1.0)}
+        assert moved == decayed, (name, filtered, moved)
+
+
+def test_default_run_records_its_weight_decay(tiny_run):
+    record = metrics(tiny_run)["weight_decay"]
+    # resnet8: its 10 kernels (stem, 6 convs, 2 shortcuts, the head) decayed; 18 BatchNorm gamma/beta
+    # and the head's bias not.
+    assert record == {
+        "value": pytest.approx(1e-4),
+        "filter_bias_and_bn": True,
+        "decayed_tensors": 10,
+        "exempt_tensors": 19,
+        "decayed_values": 19464,
+    }
+
+
+def test_resume_refuses_a_changed_weight_decay_filter():
+    from runner.rundir.resume_check import compare
+
+    saved = {"optim": {"weight_decay": 1e-4, "filter_bias_and_bn": True}}
+    _, refused = compare(saved, {"optim": {"weight_decay": 1e-4, "filter_bias_and_bn": False}}, set())
+    assert refused == ["optim.filter_bias_and_bn: True -> False"]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -120,6 +184,7 @@ def test_checkpoint_holds_the_schedule_not_a_rate_per_step(tmp_path):
         (["optim.schedule=onecycle", "optim.pct_start=1.5"], "optim.pct_start"),
         (["optim.schedule=step", "optim.gamma=0"], "optim.gamma"),
         (["optim.min_lr=0.1"], "optim.min_lr"),
+        (["optim=adam", "optim.filter_bias_and_bn=false"], "optim.filter_bias_and_bn=false has no effect"),
     ],
 )
 def test_conflicting_optim_settings_are_refused(overrides, message):

@@ -5,7 +5,7 @@ import os
 import pickle
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, cli_in_process, dry_run, run_cli
 
 # Each of these would create, truncate or overwrite MARKER if Hydra got to instantiate it.
 FILE_HANDLER = "_target_: logging.FileHandler\n      filename: {marker}\n      mode: w\n"
@@ -37,7 +37,7 @@ def test_config_dir_and_config_name(tmp_path, marker):
     conf = tmp_path / "myconf"
     conf.mkdir()
     (conf / "mine.yaml").write_text("defaults: [config, _self_]\n" + callback_yaml(FILE_HANDLER, marker, False))
-    proc = run_cli(None, "--config-dir", str(conf), "--config-name", "mine", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(conf), "--config-name", "mine", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
@@ -47,6 +47,8 @@ def test_relative_config_path_is_found_where_hydra_finds_it(tmp_path, marker):
     conf.mkdir()
     (conf / "config.yaml").write_text("defaults: [base_config, _self_]\n" + callback_yaml(COPY, marker, False))
     relative = os.path.relpath(conf, REPO / "runner")
+    # A subprocess: under `python -m runner` the task's module is __main__, and Hydra finds a relative path
+    # from its file; called in-process (or as the console script) the module is runner.__main__.
     proc = run_cli(None, "--config-path", relative, "--config-name", "config", "dry_run=true", check=False)
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
 
@@ -56,14 +58,14 @@ def test_callback_in_a_file_pulled_in_through_defaults(tmp_path, marker):
     conf.mkdir()
     (conf / "config.yaml").write_text("defaults: [base_config, innocent, _self_]\nepochs: 1\n")
     (conf / "innocent.yaml").write_text(callback_yaml(FILE_HANDLER, marker))
-    proc = run_cli(None, "--config-path", str(conf), "--config-name", "config", "dry_run=true", check=False)
+    proc = cli_in_process("--config-path", str(conf), "--config-name", "config", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
 def test_experiment_file_in_a_config_dir(tmp_path, marker):
     (tmp_path / "extra" / "experiment").mkdir(parents=True)
     (tmp_path / "extra" / "experiment" / "fast.yaml").write_text(callback_yaml(COPY, marker) + "epochs: 1\n")
-    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=fast", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(tmp_path / "extra"), "+experiment=fast", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
 
 
@@ -91,7 +93,7 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
         marker=marker
     )
     (tmp_path / "extra" / "experiment" / "logs.yaml").write_text(body + "\n")
-    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=logs", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(tmp_path / "extra"), "+experiment=logs", "dry_run=true")
     refused(proc, key)
 
 
@@ -115,11 +117,7 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
             ],
             "hydra.callbacks.x._target_='runner.training.distributed.shutil.copyfile'",
         ),
-        # The foreign value hides in the second value of a sweep.
-        (
-            ["-m", "+hydra.callbacks.x._target_=runner.report.sweep.SweepSummary,shutil.copyfile"],
-            "hydra.callbacks.x._target_='shutil.copyfile'",
-        ),
+        # (A foreign value in one combination of a sweep: test_every_combination_of_a_sweep_is_checked.)
         (["hydra/launcher=basic", "hydra.launcher._target_=shutil.copyfile"], "hydra.launcher._target_"),
         # Hydra's own blocklist would stop this one with a traceback; the refusal is the same paragraph.
         (
@@ -131,7 +129,7 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
 )
 def test_command_line_overrides(tmp_path, marker, overrides, key):
     args = [o.format(marker=marker) for o in overrides]
-    proc = run_cli(None, *args, f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", check=False)
+    proc = cli_in_process(*args, f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true")
     refused(proc, key)
 
 
@@ -142,7 +140,7 @@ def test_node_built_by_a_resolver(tmp_path, marker):
     (tmp_path / "extra" / "experiment" / "x.yaml").write_text(
         f"# @package _global_\nhydra:\n  callbacks:\n    x: {node}\n"
     )
-    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=x", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(tmp_path / "extra"), "+experiment=x", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
 
 
@@ -156,7 +154,7 @@ def test_sweep_params_in_an_experiment_file(tmp_path, marker):
         "      +hydra.callbacks.x.mode: w\n"
     )
     args = ["-m", "--config-dir", str(tmp_path / "extra"), "+experiment=grid", f"hydra.sweep.dir={tmp_path / 's'}"]
-    proc = run_cli(None, *args, "dry_run=true", check=False)
+    proc = cli_in_process(*args, "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
@@ -167,15 +165,15 @@ def test_rerun_pickle_is_refused(tmp_path, marker):
 
     evil = tmp_path / "config.pickle"
     evil.write_bytes(pickle.dumps(Payload()))
-    proc = run_cli(None, "--experimental-rerun", str(evil), check=False)
+    proc = cli_in_process("--experimental-rerun", str(evil))
     refused(proc, "--experimental-rerun")
 
 
 def test_hydra_defaults_and_project_targets_pass(tmp_path):
     # What ships is allowed: the sweep summary callback, the isolated launcher, Hydra's logging.
-    proc = run_cli(tmp_path, "dry_run=true", "hydra/job_logging=stdout", multirun=True, check=False)
+    proc = dry_run(tmp_path, "hydra/job_logging=stdout", multirun=True)
     assert "Configuration is valid" in proc.stdout and "refused" not in proc.stderr, proc.stderr
-    proc = run_cli(None, "hydra/launcher=joblib", "hydra/sweeper=optuna_accuracy", "--cfg", "hydra")
+    proc = cli_in_process("hydra/launcher=joblib", "hydra/sweeper=optuna_accuracy", "--cfg", "hydra")
     assert proc.returncode == 0
 
 
@@ -202,3 +200,125 @@ def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
         preflight(main, ["amp=o2"])
     monkeypatch.undo()
     preflight(main, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config
+
+
+# ---------------------------------------------------------------------------------------------------
+# In process: the pre-flight check on what Hydra will compose, resolve and run.
+
+
+def preflight_refuses(tmp_path, *argv, match):
+    """preflight() on argv (with an experiment dir at tmp_path/extra) raises ConfigError matching `match`."""
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        preflight(main, ["--config-dir", str(tmp_path / "extra"), *argv])
+
+
+def experiment(tmp_path, name: str, text: str) -> str:
+    (tmp_path / "extra" / "experiment").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "extra" / "experiment" / f"{name}.yaml").write_text("# @package _global_\n" + text)
+    return f"+experiment={name}"
+
+
+def test_a_node_decoded_from_text_is_checked_as_the_dict_it_becomes(tmp_path, marker):
+    # oc.decode returns a plain dict, not a DictConfig: the check walks the resolved config.
+    node = f"'${{oc.decode:\"{{_target_: shutil.copyfile, src: /etc/hostname, dst: {marker}}}\"}}'"
+    exp = experiment(tmp_path, "x", f"hydra:\n  callbacks:\n    x: {node}\n")
+    preflight_refuses(
+        tmp_path, exp, f"hydra.run.dir={tmp_path / 'r'}", match=r"hydra.callbacks.x._target_='shutil.copyfile'"
+    )
+
+
+def test_hydra_values_resolve_as_at_run_time_and_what_cannot_resolve_is_refused(tmp_path, marker):
+    # ${hydra:...} resolves at run time to a FileHandler written into an env_set value (of an allowed name).
+    handler = "{class: logging.FileHandler, filename: " + str(marker) + ", mode: w}"
+    exp = experiment(
+        tmp_path, "x", "hydra:\n  job_logging:\n    handlers:\n      x: ${oc.decode:${hydra:job.env_set.GLOG_v}}\n"
+    )
+    run = f"hydra.run.dir={tmp_path / 'r'}"
+    preflight_refuses(
+        tmp_path,
+        exp,
+        run,
+        f"+hydra.job.env_set.GLOG_v='{handler}'",
+        match=r"hydra.job_logging.handlers.x=.*FileHandler",
+    )
+    # A hydra.* value that cannot be resolved before Hydra runs cannot be checked: refused, not skipped.
+    exp = experiment(
+        tmp_path, "y", "hydra:\n  callbacks:\n    x:\n      _target_: ${oc.decode:${oc.env:NO_SUCH_VARIABLE_19}}\n"
+    )
+    preflight_refuses(tmp_path, exp, run, match=r"hydra.callbacks.x._target_ cannot be resolved before Hydra runs")
+
+
+def test_every_combination_of_a_sweep_is_checked(tmp_path):
+    # Only seed=1 with epochs=3 picks the foreign entry (index "13"); each value alone, with the other at
+    # its default (seed 0, epochs 12), picks an allowed one.
+    table = ["runner.report.sweep.SweepSummary"] * 13 + ["shutil.copyfile"]
+    exp = experiment(
+        tmp_path,
+        "x",
+        f"amp:\n  keep_fp32: {table}\nhydra:\n  callbacks:\n    x:\n"
+        "      _target_: ${oc.select:amp.keep_fp32.${seed}${epochs},runner.report.sweep.SweepSummary}\n",
+    )
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    preflight_refuses(tmp_path, "-m", exp, "seed=1,2", "epochs=1,3", sweep, match=r"_target_='shutil.copyfile'")
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+
+    preflight(main, ["--config-dir", str(tmp_path / "extra"), "-m", exp, "seed=3,4", "epochs=1,2", sweep])
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "mindspore.common._utils.load_lib",  # loads any shared library
+        "mindspore.train.serialization.load_checkpoint",  # "defined in MindSpore" is not a reason
+        "runner.training.recipe.run",  # nor is "defined in the runner"
+        "optuna.samplers._tpe.sampler.TPESampler",  # another path to an allowed class
+    ],
+)
+def test_only_the_listed_callables_may_be_named(tmp_path, target):
+    from runner.cli.preflight import ALLOWED_TARGETS
+
+    assert all(reason for reason in ALLOWED_TARGETS.values())
+    experiment(tmp_path, "unused", "")
+    preflight_refuses(
+        tmp_path,
+        f"+hydra.callbacks.x._target_={target}",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        match=f"_target_='{target}'",
+    )
+
+
+@pytest.mark.parametrize("name", ["CXX", "CPATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "P", "LD_PRELOAD"])
+def test_env_set_takes_only_harmless_names(tmp_path, name):
+    experiment(tmp_path, "unused", "")
+    run = f"hydra.run.dir={tmp_path / 'r'}"
+    preflight_refuses(tmp_path, f"+hydra.job.env_set.{name}=x", run, match=f"hydra.job.env_set.{name}='x' is refused")
+    from runner.__main__ import main
+    from runner.cli.preflight import preflight
+
+    preflight(main, ["+hydra.job.env_set.OMP_NUM_THREADS=2", run])
+
+
+@pytest.mark.parametrize(
+    "module,args,message",
+    [
+        ("runner.__main__", ["sink.sink_sise=4"], "Could not override 'sink.sink_sise'"),
+        ("runner.__main__", ["a=${"], "Error parsing override 'a=\\$\\{'"),
+        ("runner.evaluate", ["run=a,b"], "Ambiguous value for argument 'run=a,b'"),
+        ("runner.__main__", ["--config-dir", "/no/such/dir"], "--config-dir '/no/such/dir' is not a directory"),
+    ],
+)
+def test_hydras_own_composition_errors_are_the_users_mistake(module, args, message):
+    # Raised as ConfigError (one paragraph, exit 2: tests/test_config.py runs the CLI), not Hydra's exit 1.
+    import importlib
+
+    from runner.cli.preflight import preflight
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as e:
+        preflight(importlib.import_module(module).main, args)
+    assert "\n" not in str(e.value)

@@ -69,13 +69,16 @@ def test_two_accumulated_halves_equal_one_full_batch(mode, scale):
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 def test_ema_follows_the_weights_after_each_update(mode):
+    from runner.amp.train_step import ema_decay_at
+
     net, _, step = _step_cell(mode, "dynamic", momentum=0.9, bn=True, ema_decay=0.7)
     names = [p.name for p in net.get_parameters()]
     expected = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
-    for i in range(3):
+    for i in range(12):
         step(*_batch(8, seed=i))
+        d = ema_decay_at(0.7, i)  # 0.1, 0.18, 0.25, ... then 0.7 from the 7th update on
         for p in net.get_parameters():  # after the update, BatchNorm statistics included
-            expected[p.name] = 0.7 * expected[p.name] + 0.3 * p.asnumpy()
+            expected[p.name] = d * expected[p.name] + (1 - d) * p.asnumpy()
     ema = {e.name.removeprefix("ema."): e.asnumpy() for e in step.ema}
     assert sorted(ema) == sorted(names)
     for n in names:
@@ -83,6 +86,30 @@ def test_ema_follows_the_weights_after_each_update(mode):
     step.use_ema()
     for p in net.get_parameters():
         np.testing.assert_array_equal(p.asnumpy(), ema[p.name])
+
+
+def test_ema_decay_ramps_up_so_the_initial_weights_fade():
+    """ema.decay=0.99 over 132 updates left ~27% of the initial weights in the average; the ramp
+    min(decay, (1+n)/(10+n)) (TensorFlow's num_updates, MindCV's and timm's warm-up) leaves ~nothing."""
+    from runner.amp.train_step import ema_decay_at
+
+    assert [ema_decay_at(0.99, n) for n in (0, 1, 8)] == [0.1, 2 / 11, 0.5]
+    assert ema_decay_at(0.99, 10_000) == 0.99 and ema_decay_at(0.5, 100) == 0.5
+    share = float(np.prod([ema_decay_at(0.99, n) for n in range(132)]))
+    assert share < 1e-6 < 0.99**132 / 1e5  # the initial weights' share after 132 updates, now and before
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_ema_of_a_short_run_with_a_high_decay_holds_the_trained_weights(mode):
+    net, _, step = _step_cell(mode, "none", momentum=0.9, ema_decay=0.999)
+    initial = _params(net)
+    for i in range(40):
+        step(*_batch(8, seed=i))
+    trained = _params(net)
+    ema = [e.asnumpy() for e in step.ema]
+    for w0, w, e in zip(initial, trained, ema):
+        # the average moved most of the way training did (a fixed 0.999 would keep 96% of the initial weights)
+        assert np.linalg.norm(e - w0) > 0.5 * np.linalg.norm(w - w0)
 
 
 def test_overflowing_window_skips_its_update_and_halves_the_scale():
@@ -176,7 +203,7 @@ def test_bad_update_settings_are_refused(tmp_path, overrides, message):
 
 def test_accumulate_steps_is_refused_where_data_sinks():
     # On CPU sink=on never sinks (the run falls back and says so), so the refusal is checked at the
-    # decision itself: run.py calls it with sink = sink=on and a device that sinks.
+    # decision itself: recipe.py calls it with sink = sink=on and a device that sinks.
     from runner.errors import ConfigError
     from runner.training.recipe import check_accumulate
 

@@ -78,6 +78,29 @@ def test_early_stop_stops_on_a_plateau_and_keeps_the_best(tmp_path):
     assert json.loads((out / "metrics.json").read_text())["top1"] == m["val_accuracy"]
 
 
+@pytest.mark.slow
+def test_early_stop_with_ema_keeps_and_restores_the_best_average(tmp_path):
+    # train_loss cannot fall by 1.0 in an epoch: the run stops after epoch 2 and restores the best checkpoint.
+    run_cli(tmp_path, *TINY, "epochs=4", "eval=false", "early_stop.patience=1", "early_stop.min_delta=1.0",
+            "ema.decay=0.9")  # fmt: skip
+    m = metrics(tmp_path)
+    assert m["early_stop"]["stopped"] and m["ema_decay"] == 0.9 and m["best_checkpoint"]["step"] in (44, 88)
+    import mindspore as ms
+
+    final = ms.load_checkpoint(str(tmp_path / "model.ckpt"))
+    best = ms.load_checkpoint(m["best_checkpoint"]["file"])
+    # model.ckpt is the best checkpoint's average, not its raw weights (which differ from it)
+    assert all(np.array_equal(final[k].asnumpy(), best["ema." + k].asnumpy()) for k in final)
+    assert not all(np.array_equal(final[k].asnumpy(), best[k].asnumpy()) for k in final)
+    # and ckpt=best in evaluate reads the same average
+    from runner.rundir import saved_run
+
+    cfg = saved_run.load_config(str(tmp_path))
+    _, net = saved_run.build(cfg)
+    record = saved_run.load_weights(net, saved_run.read_checkpoint(m["best_checkpoint"]["file"]), "best", cfg)
+    assert record["ema"] and all(np.array_equal(p.asnumpy(), final[p.name].asnumpy()) for p in net.get_parameters())
+
+
 def test_early_stop_on_train_loss_without_validation(tmp_path):
     run_cli(tmp_path, *TINY, "epochs=6", "eval=false", "optim.lr=1e-7", "early_stop.patience=1",
             "early_stop.min_delta=1.0")  # fmt: skip

@@ -147,7 +147,14 @@ class ScaledTrainStep(nn.Cell):
             grads = ops.clip_by_global_norm(grads, self.clip_norm)
         done = self.optimizer(grads)
         if self.ema_decay > 0:
-            done = ops.depend(self.hyper_map(ops.partial(_ema, self.ema_decay), self.ema, self.ema_source), done)
+            # The decay ramps up as TensorFlow's ExponentialMovingAverage(num_updates=...) and MindCV's
+            # and timm's EMA warm-ups do: min(decay, (1 + n) / (10 + n)) at the n-th update (from 0), so
+            # the initial weights fade within the first updates and a decay too high for a short run
+            # still averages trained weights. n is the optimizer's own update count (read after its
+            # update, so skipped updates are not counted; a resume continues it).
+            n = ops.cast(ops.depend(self.optimizer.global_step, done), mstype.float32).reshape(()) - 1.0
+            decay = ops.minimum(ops.scalar_to_tensor(self.ema_decay, mstype.float32), (1.0 + n) / (10.0 + n))
+            done = ops.depend(self.hyper_map(ops.partial(_ema, decay), self.ema, self.ema_source), done)
         return done
 
     def _accumulate(self, loss, used, grads):
@@ -185,8 +192,14 @@ class ScaledTrainStep(nn.Cell):
             p.set_data(e.data.copy())
 
 
+def ema_decay_at(decay: float, n: int) -> float:
+    """The decay of the n-th EMA update (from 0): the ramp ScaledTrainStep applies, for tests and docs."""
+    return min(float(decay), (1.0 + n) / (10.0 + n))
+
+
 def _ema(decay, avg, value):
-    return ops.assign(avg, avg * decay + ops.cast(value, avg.dtype) * (1.0 - decay))
+    d = ops.cast(decay, avg.dtype)
+    return ops.assign(avg, avg * d + ops.cast(value, avg.dtype) * (1.0 - d))
 
 
 def _reset_if(boundary, acc, summed):

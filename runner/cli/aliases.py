@@ -20,7 +20,10 @@ def _alias(old: str) -> Callable[[], None]:
     new, target = RENAMED[old]
 
     def cli() -> None:
-        print(f"{old} is deprecated and will be removed in the next release: use {new}.", file=sys.stderr, flush=True)
+        if not {"-sc", "--shell-completion"} & set(sys.argv[1:]):  # completion's stderr lands on the prompt line
+            print(
+                f"{old} is deprecated and will be removed in the next release: use {new}.", file=sys.stderr, flush=True
+            )
         module, function = target.split(":")
         getattr(importlib.import_module(module), function)()
 

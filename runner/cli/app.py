@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from hydra_plugins.runner_launcher import isolated_launcher
+from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
 from runner.errors import print_user_error, user_errors
 
 _interrupted = False
@@ -34,6 +34,17 @@ def quiet_interrupt() -> None:
     sys.exit(130)
 
 
+def prints_only(argv) -> bool:
+    """Whether argv asks Hydra only to print (--help, --hydra-help, --cfg, --info, -sc shell completion)."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(argv)
+    except SystemExit:
+        return False  # Hydra prints argparse's usage itself
+    return bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion)
+
+
 def entry_point(task, *checks):
     """The console-script function for a `@hydra.main` task: the command's own `checks(argv)`, the
     pre-flight checks (runner/cli/preflight.py), then Hydra.
@@ -49,12 +60,20 @@ def entry_point(task, *checks):
         # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
         # install maps packages with an import hook instead, so the launcher is registered by hand.
         Plugins.instance().register(isolated_launcher.IsolatedLauncher)
+        Plugins.instance().register(optuna_sweeper.OptunaSweeper)
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
         # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
         # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
         signal.signal(signal.SIGINT, _on_sigint)
+        prints = prints_only(sys.argv[1:])
+        if prints:
+            # `runner-evaluate -sc install=bash | head`: Hydra reports a BrokenPipeError as a traceback
+            # of its own; a printing command dies of SIGPIPE quietly like any Unix tool. (Not for a
+            # training run, which must end by its own rules, whatever reads its output.)
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         try:
-            for check in checks:
+            # The command's own checks (the run= it needs) are for running it, not for Hydra's printing flags.
+            for check in () if prints else checks:
                 check(sys.argv[1:])
             try:
                 preflight(task, sys.argv[1:])

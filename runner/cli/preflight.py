@@ -9,36 +9,56 @@ composed here exactly as `@hydra.main` will compose it (same search path, config
 only then does Hydra run. Hydra's own target blocklist stays as a second layer behind this one.
 """
 
-import ast
-import importlib.util
+import copy
+import itertools
 import os
 import re
-import sys
-from functools import cache
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
+from runner.config.tree import walk
 from runner.errors import ConfigError
 
-# Packages whose classes and functions the job's config (what hydra.utils.instantiate builds) may name as
-# a `_target_`: the project, MindSpore and MindCV.
-JOB_PACKAGES = ("runner", "models", "datasets", "mindspore", "mindcv")
-# Those, and for the `hydra` node Hydra's own launchers/sweepers/callbacks, installed Hydra plugins and
-# the Optuna sweeper's samplers.
-ALLOWED_PACKAGES = (
-    *JOB_PACKAGES,
-    "hydra_plugins",
-    "hydra._internal.core_plugins",
-    "hydra.experimental.callbacks",
-    "optuna.samplers",
-)
-# What Hydra raises for a configuration it cannot compose, and reports itself (YAML errors included):
-# anything else from the composition below is a failure of the check, which then refuses (preflight).
+# Every callable a configuration may name (`_target_`), each with the reason it is needed; anything else
+# is refused. An exact list, not packages: "defined in MindSpore" is not safe (mindspore.common._utils.load_lib
+# loads any shared library), and the runner itself builds nothing from a `_target_` (the job's config
+# names no callable), so only Hydra's own node needs any.
+ALLOWED_TARGETS = {
+    "runner.report.sweep.SweepSummary": "hydra.callbacks.sweep_summary: the sweep's summary (conf/config.yaml)",
+    "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher": "the default launcher: one process per job",
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "hydra/launcher=basic",
+    "hydra._internal.core_plugins.basic_sweeper.BasicSweeper": "the default sweeper (-m a=1,2)",
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": "hydra/launcher=joblib",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher": "hydra/launcher=submitit_local",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher": "hydra/launcher=submitit_slurm",
+    "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper": "hydra/sweeper=optuna",
+    "hydra_plugins.runner_launcher.optuna_sweeper.OptunaSweeper": "hydra/sweeper=optuna_accuracy (dry-runs too)",
+    "optuna.samplers.TPESampler": "hydra/sweeper/sampler=tpe (optuna_accuracy's sampler)",
+    "optuna.samplers.RandomSampler": "hydra/sweeper/sampler=random",
+    "optuna.samplers.CmaEsSampler": "hydra/sweeper/sampler=cmaes",
+    "optuna.samplers.NSGAIISampler": "hydra/sweeper/sampler=nsgaii",
+    "optuna.samplers.MOTPESampler": "hydra/sweeper/sampler=motpe",
+    "optuna.samplers.GridSampler": "hydra/sweeper/sampler=grid",
+}
+# What Hydra raises for a configuration it cannot compose (YAML errors included): reported as the user's
+# mistake. Anything else from the composition below is a failure of the check, which then refuses (preflight).
 COMPOSE_ERRORS = (HydraException, OmegaConfBaseException, YAMLError)
-# Variables through which `hydra.job.env_set` would make every later process load foreign code.
-UNSAFE_ENV = re.compile(r"^(LD_|DYLD_|PYTHON|PERL|RUBY|NODE_|BASH_ENV$|ENV$|PATH$|IFS$|PS4$|SHELLOPTS$)")
+# The only variables `hydra.job.env_set` (and env_copy) may set, each harmless: thread counts and log
+# levels. Everything else is refused: CXX, CPATH, LD_*, PYTHON*, PATH, BASH_ENV ... make a process
+# run or load code of the config's choosing.
+ENV_ALLOWED = {
+    "OMP_NUM_THREADS": "OpenMP threads",
+    "MKL_NUM_THREADS": "MKL threads",
+    "OPENBLAS_NUM_THREADS": "OpenBLAS threads",
+    "GLOG_v": "MindSpore's log level",
+    "GLOG_logtostderr": "MindSpore's log to stderr",
+    "GLOG_stderrthreshold": "MindSpore's stderr log level",
+    "PYTHONUNBUFFERED": "unbuffered output",
+    "CUDA_VISIBLE_DEVICES": "which GPUs the job sees",
+    "ASCEND_RT_VISIBLE_DEVICES": "which Ascend NPUs the job sees",
+}
 LOGGING_NODES = ("job_logging", "hydra_logging")
 
 
@@ -48,234 +68,147 @@ def refuse(where: str, what, why: str) -> ConfigError:
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# Whether a dotted name is a class or function defined inside the allowed packages.
-
-
-def _find_module(dotted: str):
-    """The spec of module `dotted`, found without importing (or executing) anything."""
-    parts = dotted.split(".")
-    try:
-        # Every finder of a top-level name (an editable install maps its packages with its own finder);
-        # finding a top-level module does not import it.
-        spec = importlib.util.find_spec(parts[0])
-    except (ImportError, ValueError):
-        return None
-    for i in range(1, len(parts)):
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        name, locations = ".".join(parts[: i + 1]), list(spec.submodule_search_locations)
-        spec = None
-        for finder in sys.meta_path:  # the same finders, in the same order, as an import would ask
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, locations) if find else None
-            if spec is not None:
-                break
-    return spec
-
-
-@cache
-def _module_tree(dotted: str):
-    spec = _find_module(dotted)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None, False
-    with open(spec.origin, encoding="utf-8") as f:
-        return ast.parse(f.read()), bool(spec.submodule_search_locations)
-
-
-def _statements(body):
-    for node in body:
-        yield node
-        if isinstance(node, (ast.If, ast.Try)):
-            for block in (
-                node.body,
-                node.orelse,
-                *(h.body for h in getattr(node, "handlers", ())),
-                node.finalbody if isinstance(node, ast.Try) else (),
-            ):
-                yield from _statements(block)
-
-
-def _allowed_module(dotted: str) -> bool:
-    return any(dotted == p or dotted.startswith(p + ".") for p in ALLOWED_PACKAGES)
-
-
-def _bound_names(node) -> set:
-    """Names a statement (re)binds other than by def, class or import: assignments, loops, with, del."""
-    names = set()
-    targets = []
-    if isinstance(node, (ast.Assign,)):
-        targets = node.targets
-    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
-        targets = [node.target]
-    elif isinstance(node, (ast.With, ast.AsyncWith)):
-        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
-    elif isinstance(node, ast.Delete):
-        targets = node.targets
-    for t in targets:
-        names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return names
-
-
-def defined_in(module: str, name: str, depth: int = 0) -> bool:
-    """True when `module.name` is a class or function written in `module` (or re-exported there from
-    another allowed module) and nothing else in the module binds that name. An imported module, an
-    alias to a foreign callable or an assigned name is not: `runner.training.distributed.subprocess.run` must
-    not pass for a runner class."""
-    if depth > 12 or not _allowed_module(module):
-        return False
-    tree, is_package = _module_tree(module)
-    if tree is None:
-        return False
-    verdicts, foreign_star = [], False
-    for node in _statements(tree.body):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            verdicts.append(True)
-        elif isinstance(node, ast.Import):
-            verdicts += [False for a in node.names if (a.asname or a.name.split(".")[0]) == name]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = module.split(".")
-                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                if alias.name == "*":
-                    if not _allowed_module(base):
-                        foreign_star = True
-                    elif defined_in(base, name, depth + 1):
-                        verdicts.append(True)
-                elif (alias.asname or alias.name) == name:
-                    verdicts.append(defined_in(base, alias.name, depth + 1))
-        elif name in _bound_names(node):
-            verdicts.append(False)
-    if not verdicts or foreign_star and not all(verdicts):
-        return False
-    return all(verdicts)
-
-
 def target_allowed(target) -> bool:
-    """Whether a config may name `target` as something to instantiate or call."""
-    if not isinstance(target, str) or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", target):
-        return False
-    module, name = target.rsplit(".", 1)
-    return defined_in(module, name)
+    """Whether a config may name `target` as something to instantiate or call (ALLOWED_TARGETS)."""
+    return isinstance(target, str) and target in ALLOWED_TARGETS
+
+
+def target_refusal(where: str, target) -> ConfigError:
+    """The refusal of a `_target_` outside ALLOWED_TARGETS."""
+    return refuse(
+        where,
+        target,
+        "a config may name only the callables Hydra's launchers, sweepers and the runner's sweep summary need "
+        f"({', '.join(sorted(ALLOWED_TARGETS))}).",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
-# The composed configuration, walked with interpolations resolved where they can be.
+# The configuration as Hydra will see it: resolved, with what Hydra fills in at run time.
 
 
-def _leaves(node, path=""):
-    """(dotted path, key, value) of every entry; an interpolation is resolved when it can be (an
-    `oc.create` node must be seen as the dict it becomes), else its text is the value."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+def _at_run_time(cfg, job_num: int, multirun: bool):
+    """A copy of a composed config with what Hydra sets before it acts on it, as run_job sets it: the
+    job's number (a sweep's launcher) and hydra.runtime.output_dir (left unset when it cannot be resolved:
+    then whatever reads it cannot be resolved either, and is refused). A single run and a sweep's own
+    process get number 0: a number or a path filled in here can never pass for an allowed callable."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import read_write
 
-    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
-    for key in keys:
-        where = f"{path}.{key}" if isinstance(node, DictConfig) else f"{path}[{key}]"
-        where = where.lstrip(".")
-        child = node._get_node(key)
-        value = child
-        if child is not None and child._is_interpolation():
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg.hydra):
+        cfg.hydra.job.num = job_num
+        cfg.hydra.job.id = str(job_num)
+    HydraConfig.instance().set_config(cfg)  # `${hydra:...}` resolves as it will in the job
+    try:
+        out = os.path.join(cfg.hydra.sweep.dir, str(cfg.hydra.sweep.subdir)) if multirun else cfg.hydra.run.dir
+        with read_write(cfg.hydra):
+            cfg.hydra.runtime.output_dir = os.path.abspath(out)
+        HydraConfig.instance().set_config(cfg)
+    except OmegaConfBaseException:
+        pass
+    return cfg
+
+
+def resolved(cfg, job_num: int = 0, multirun: bool = False) -> dict:
+    """The composed config (a mapping with its `hydra` node) as plain dicts and lists with every
+    interpolation resolved as Hydra will resolve it, or ConfigError: a value under `hydra` that cannot be
+    resolved before Hydra runs is refused, as it cannot be checked. The job's own part may hold values
+    only the job can resolve; it is left as written where it cannot be resolved."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    previous = HydraConfig.instance().cfg
+    try:
+        cfg = _at_run_time(cfg, job_num, multirun)
+        out = {}
+        for key in cfg.keys():
             try:
-                value = node[key]
-            except Exception:  # a value Hydra fills in only at run time (hydra.runtime.output_dir)
-                value = child._value()
-        if isinstance(value, (DictConfig, ListConfig)) and not OmegaConf.is_missing(node, key):
-            if value._is_none():
-                yield where, key, None
-            else:
-                yield where, key, value
-                yield from _leaves(value, where)
-        else:
-            yield where, key, value._value() if hasattr(value, "_value") else value
+                out[key] = OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+            except OmegaConfBaseException as e:
+                if key == "hydra":
+                    where = getattr(e, "full_key", None) or "hydra"
+                    raise ConfigError(
+                        f"{where} cannot be resolved before Hydra runs ({str(e).splitlines()[0].strip()}), so what "
+                        "it names cannot be checked, and the command refuses to start. Give it a literal value."
+                    ) from None
+                out[key] = OmegaConf.to_container(cfg._get_node(key), resolve=False)
+        return out
+    finally:
+        HydraConfig.instance().cfg = previous
 
 
-@cache
-def hydra_logging_handlers() -> frozenset:
-    """(class, filename, stream) of every handler in Hydra's own shipped logging configs: the only
-    handlers a config may use (Hydra's default writes <run dir>/<job name>.log and the console)."""
-    import hydra
+def _expected_handlers(hydra: dict) -> list:
+    """(class, filename, stream) of the handlers in Hydra's own shipped logging configs, their file names
+    resolved for this run: the only handlers a config may use (the console, <run dir>/<job name>.log)."""
+    import hydra as hydra_pkg
     import yaml
 
-    root = os.path.join(os.path.dirname(hydra.__file__), "conf", "hydra")
-    found = set()
+    root = os.path.join(os.path.dirname(hydra_pkg.__file__), "conf", "hydra")
+    found = []
     for group in LOGGING_NODES:
         for name in sorted(os.listdir(os.path.join(root, group))):
             with open(os.path.join(root, group, name)) as f:
                 data = yaml.safe_load(f) or {}
             for h in (data.get("handlers") or {}).values():
-                found.add((h.get("class"), h.get("filename"), h.get("stream")))
-    return frozenset(found)
+                filename = h.get("filename")
+                if filename is not None:
+                    # Hydra's file handler: ${hydra.runtime.output_dir}/${hydra.job.name}.log
+                    runtime, job = hydra.get("runtime") or {}, hydra.get("job") or {}
+                    filename = filename.replace("${hydra.runtime.output_dir}", str(runtime.get("output_dir")))
+                    filename = filename.replace("${hydra.job.name}", str(job.get("name")))
+                found.append((h.get("class"), filename, h.get("stream")))
+    return found
 
 
 HANDLER_KEYS = {"class", "formatter", "stream", "filename", "level", "filters"}
 
 
-def check_composed(cfg) -> None:
-    """Raise ConfigError for the first callable the composed config (with its `hydra` node) names
-    outside the allowlist, and for logging handlers other than Hydra's own."""
-    from omegaconf import DictConfig
-
-    handlers = hydra_logging_handlers()
-    allowed_handlers = ", ".join(sorted({h[0] for h in handlers}))
-    for where, key, value in _leaves(cfg):
-        if key == "_target_" or where == "hydra.sweeper.custom_search_space":
-            if value is not None and not target_allowed(value):
-                raise refuse(
-                    where,
-                    value,
-                    "configs may only name classes and functions defined in this project, MindSpore, Hydra's own "
-                    f"launchers, sweepers and callbacks or installed Hydra plugins ({', '.join(ALLOWED_PACKAGES)}).",
-                )
+def check_composed(cfg, job_num: int = 0, multirun: bool = False) -> None:
+    """Raise ConfigError for the first callable the composed config (with its `hydra` node, resolved as
+    Hydra will resolve it) names outside ALLOWED_TARGETS, and for logging handlers other than Hydra's own,
+    env_set names outside ENV_ALLOWED and the rest below."""
+    plain = resolved(cfg, job_num, multirun)
+    hydra = plain.get("hydra") or {}
+    handlers = _expected_handlers(hydra)
+    for where, key, value in walk(plain):
+        if key == "_target_" and not target_allowed(value):
+            raise target_refusal(where, value)
+        if where == "hydra.sweeper.custom_search_space" and value is not None:
+            raise refuse(where, value, "a search space is given with hydra.sweeper.params, not by a function.")
         logging_node = any(where.startswith(f"hydra.{n}.") for n in LOGGING_NODES)
         if logging_node and key == "()":
             raise refuse(where, value, "a logging config may not name a factory.")
-        if (
-            logging_node
-            and isinstance(value, str)
-            and value.startswith("ext://")
-            and value
-            not in (
-                "ext://sys.stdout",
-                "ext://sys.stderr",
-            )
-        ):
-            raise refuse(where, value, "a logging config may only refer to ext://sys.stdout or ext://sys.stderr.")
-        if logging_node and key == "class" and ".handlers." not in where:
+        if logging_node and isinstance(value, str) and value.startswith(("ext://", "cfg://")):
+            if value not in ("ext://sys.stdout", "ext://sys.stderr"):
+                raise refuse(where, value, "a logging config may only refer to ext://sys.stdout or ext://sys.stderr.")
+        if logging_node and key == "class" and not re.fullmatch(r"hydra\.\w+\.handlers\.[^.\[]+\.class", where):
             raise refuse(where, value, "a logging config may name a class only for its handlers.")
-        if logging_node and isinstance(value, DictConfig) and re.fullmatch(r"hydra\.\w+\.handlers\.[^.]+", where):
-            spec = (_raw(value, "class"), _raw(value, "filename"), _raw(value, "stream"))
-            extra = set(value.keys()) - HANDLER_KEYS
-            if spec not in handlers or extra:
+        if logging_node and isinstance(value, dict) and re.fullmatch(r"hydra\.\w+\.handlers\.[^.\[]+", where):
+            spec = (value.get("class"), value.get("filename"), value.get("stream"))
+            if spec not in handlers or set(value) - HANDLER_KEYS:
                 raise refuse(
                     where,
-                    {k: _raw(value, k) for k in value.keys()},
-                    f"logging handlers may only be {allowed_handlers} exactly as Hydra's own logging configs use "
-                    "them (the console, and <run dir>/<job name>.log).",
+                    value,
+                    "logging handlers may only be Hydra's own, exactly as its logging configs use them (a "
+                    "StreamHandler on the console, a FileHandler writing <run dir>/<job name>.log).",
                 )
-        if where.startswith("hydra.job.env_set.") and UNSAFE_ENV.match(str(key)):
-            raise refuse(where, value, f"{key} would make the run's processes load code from elsewhere.")
+        if where.startswith("hydra.job.env_set.") and where.count(".") == 3 and key not in ENV_ALLOWED:
+            raise refuse(
+                where,
+                value,
+                f"hydra.job.env_set may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, CPATH, "
+                "LD_PRELOAD, PYTHONPATH, ...) make the run's processes run or load code of the config's choosing.",
+            )
         if where == "hydra.job.name" and (os.sep in str(value) or str(value).startswith(".")):
             raise refuse(where, value, "the job name becomes the log file's name and cannot be a path.")
-        if where.startswith("hydra.launcher.setup") and value:
+        if where == "hydra.launcher.setup" and value:
             raise refuse(
                 where,
                 value,
                 "hydra.launcher.setup runs shell commands in every Slurm job; put them in your cluster "
                 "environment (a module file, ~/.bashrc) instead.",
             )
-
-
-def _raw(node, key):
-    if key not in node:
-        return None
-    child = node._get_node(key)
-    try:
-        return node[key]
-    except Exception:
-        return child._value()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -291,27 +224,38 @@ def _hydra_main_settings(task):
     return cells["config_path"], cells["config_name"]
 
 
-def _expand_sweeps(overrides: list, sweeper_params) -> list:
-    """Override lists that together hold every value of every sweep (one compose per value)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    args = list(overrides) + [f"{k}={v}" for k, v in (sweeper_params or {}).items()]
-    parsed = parser.parse_overrides(args)
-    fixed = [a for a, o in zip(args, parsed) if not o.is_sweep_override()]
-    variants = []
-    for o in parsed:
-        if not o.is_sweep_override() or o.is_interval_sweep():
-            continue  # an interval yields only numbers
+def _job_overrides(parser, arguments: list) -> list:
+    """The override list of every job of a sweep, in the order Hydra's basic sweeper runs them (the
+    product of every swept value). An interval (Optuna's) yields numbers; its two ends stand for it."""
+    lists = {}
+    for o in parser.parse_overrides(arguments):
         key = o.get_key_element()
-        variants += [[*fixed, f"{key}={v}"] for v in o.sweep_string_iterator()]
-    return variants or [fixed]
+        if o.is_interval_sweep():
+            lists[key] = [f"{key}={o.value().start}", f"{key}={o.value().end}"]
+        elif o.is_sweep_override():
+            lists[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            lists[key] = [f"{key}={o.get_value_element_as_str()}"]
+    return [list(x) for x in itertools.product(*lists.values())]
+
+
+def compose_error(e: BaseException) -> ConfigError:
+    """Hydra's own report of a configuration it cannot compose, as one paragraph."""
+    lines = str(e).splitlines()
+    if e.__cause__ is not None:  # "Error merging override x=abc" is explained by its cause
+        lines += [
+            ln
+            for ln in str(e.__cause__).splitlines()
+            if not ln.strip().startswith(("full_key:", "object_type", "reference_type"))
+        ]
+    text = " ".join(line.strip() for line in lines if line.strip())
+    return ConfigError(f"{text} (`--help` lists the config groups, `--cfg job` shows the composed configuration).")
 
 
 def compose_like_hydra(task, argv):
-    """The configurations @hydra.main will compose for argv (one per sweep value with -m), or [] when
-    Hydra would fail to compose them itself (it then reports its own error). Any other failure
-    propagates: preflight() then refuses to start (fails closed)."""
+    """[(config, job number, multirun)] that @hydra.main will compose for argv: the run's, or with -m the
+    sweep's own and every job's (each combination of the swept values). ConfigError where Hydra would fail
+    to compose one; any other failure propagates: preflight() then refuses to start (fails closed)."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import (
         create_automatic_config_search_path,
@@ -328,7 +272,7 @@ def compose_like_hydra(task, argv):
     try:
         args = get_args_parser().parse_args(argv)
     except SystemExit:
-        return []  # argparse has printed its usage; @hydra.main prints it again and exits the same way
+        return []  # argparse has printed its usage; @hydra.main prints it again and exits the same way (2)
     if args.experimental_rerun is not None:
         raise ConfigError(
             f"--experimental-rerun {args.experimental_rerun!r} is refused: it unpickles the file, and unpickling "
@@ -342,7 +286,7 @@ def compose_like_hydra(task, argv):
         from hydra.core.config_search_path import SearchPathQuery
 
         if not os.path.isdir(os.path.abspath(args.config_dir)):
-            return []
+            raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory.")
         search_path.prepend(
             provider="command-line",
             path=f"file://{os.path.abspath(args.config_dir)}",
@@ -350,40 +294,39 @@ def compose_like_hydra(task, argv):
         )
     setup_globals()
     GlobalHydra.instance().clear()
-    configs = []
+    overrides = list(args.overrides)
     try:
         hydra = Hydra.create_main_hydra2(
             task_name=detect_task_name(calling_file, calling_module), config_search_path=search_path
         )
-        overrides = list(args.overrides)
+        parser = OverridesParser.create(config_loader=hydra.config_loader)
         try:
-            base = hydra.compose_config(
-                config_name,
-                overrides,
-                RunMode.MULTIRUN if args.multirun else RunMode.RUN,
-                validate_sweep_overrides=False,
-            )
-        except COMPOSE_ERRORS:
-            return []
-        configs.append(base)
-        multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
-        sweeps = any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(overrides))
-        if multirun or sweeps:
-            params = base.hydra.sweeper.get("params") if "params" in base.hydra.sweeper else None
-            for variant in _expand_sweeps(overrides, params):
-                try:
-                    configs.append(hydra.compose_config(config_name, variant, RunMode.RUN))
-                except COMPOSE_ERRORS:
-                    continue  # Hydra reports a value that does not compose when it reaches that job
+            run_mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
+            base = hydra.compose_config(config_name, overrides, run_mode, validate_sweep_overrides=False)
+            multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
+            # As Hydra does once it knows the mode: `run=a,b` without -m is ambiguous, a swept hydra.* unsupported.
+            mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+            hydra.config_loader.validate_sweep_overrides_legal(parser.parse_overrides(overrides), mode, from_shell=True)
+            if not multirun:
+                return [(base, 0, False)]
+            configs = [(base, 0, True)]
+            params = base.hydra.sweeper.get("params") or {}
+            # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
+            arguments = [f"{k}={v}" for k, v in params.items()] + list(base.hydra.overrides.task)
+            prefix = list(base.hydra.overrides.hydra)
+            for num, job in enumerate(_job_overrides(parser, arguments)):
+                configs.append((hydra.compose_config(config_name, prefix + job, RunMode.RUN), num, True))
+            return configs
+        except COMPOSE_ERRORS as e:
+            raise compose_error(e) from None
     finally:
         GlobalHydra.instance().clear()
-    return configs
 
 
 def check_config(task, argv) -> None:
     """Raise ConfigError when what argv composes to names a callable outside the allowlist."""
-    for cfg in compose_like_hydra(task, argv):
-        check_composed(cfg)
+    for cfg, num, multirun in compose_like_hydra(task, argv):
+        check_composed(cfg, num, multirun)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -486,13 +429,11 @@ def _preflight(task, argv) -> None:
         return  # argparse printed its usage; Hydra will do the same
     check_split_values(args.overrides)
     configs = compose_like_hydra(task, argv)
-    for cfg in configs:
-        check_composed(cfg)
+    for cfg, num, multirun in configs:
+        check_composed(cfg, num, multirun)
     # --cfg, --help, --info and shell completion only print: they need no output directory.
     prints = args.cfg or args.help or args.hydra_help or args.info or args.shell_completion
     if configs and not prints:
-        from hydra.types import RunMode
-
-        runs = args.multirun or configs[0].hydra.mode == RunMode.MULTIRUN
-        check_launcher(configs[0], runs)
-        check_output_dir(output_root(configs[0], runs))
+        base, _, multirun = configs[0]
+        check_launcher(base, multirun)
+        check_output_dir(output_root(base, multirun))

@@ -6,7 +6,7 @@ import os
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.cli.preflight import JOB_PACKAGES, target_allowed
+from runner.cli.preflight import target_allowed, target_refusal
 from runner.config.schema import (
     AugmentConfig,
     Config,
@@ -22,17 +22,11 @@ from runner.datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
 from runner.training.environment import check_cpu_isa
 
-ALLOWED_TARGET_PREFIXES = tuple(f"{p}." for p in JOB_PACKAGES)
-
 
 def check_target(path: str, target) -> None:
-    """Refuse an instantiate target outside the project and MindSpore (os.system, subprocess, ...)."""
-    # target_allowed reads the module's source: `runner.training.distributed.subprocess.run` is no runner class.
-    if not isinstance(target, str) or not target.startswith(ALLOWED_TARGET_PREFIXES) or not target_allowed(target):
-        raise ConfigError(
-            f"{path}={target!r} is refused: configs may only name classes and functions defined in this project "
-            f"or MindSpore (targets starting with {', '.join(ALLOWED_TARGET_PREFIXES)})."
-        )
+    """Refuse a `_target_` outside the explicit list of callables (runner/cli/preflight.py ALLOWED_TARGETS)."""
+    if not target_allowed(target):
+        raise target_refusal(path, target)
 
 
 # Fields each choice reads. A field set away from its default under a choice that does not read it
@@ -92,6 +86,7 @@ USES = {
         {
             "none": set(),
             "basic": set(),
+            "imagenet": set(),
             "randaugment": {"randaugment_num_ops", "randaugment_magnitude", "num_magnitude_bins"},
             "autoaugment": {"autoaugment_policy"},
             "trivialaugment": {"num_magnitude_bins"},
@@ -252,6 +247,9 @@ def _augment_problems(cfg):
     yield from within("augment.affine_translate", a.affine_translate, 0, 1)
     yield from within("augment.affine_scale", a.affine_scale, 0, 1, hi_open=True)
     yield from within("augment.erasing_prob", a.erasing_prob, 0, 1)
+    yield from within("augment.color_jitter", a.color_jitter, 0, 1)
+    yield from within("augment.color_jitter_hue", a.color_jitter_hue, 0, 0.5)
+    yield from _resized_crop_problems(cfg)
     yield from within("augment.randaugment_num_ops", a.randaugment_num_ops, 0, float("inf"))
     yield from within("augment.num_magnitude_bins", a.num_magnitude_bins, 2, float("inf"))
     yield from within("augment.randaugment_magnitude", a.randaugment_magnitude, 0, a.num_magnitude_bins, hi_open=True)
@@ -272,6 +270,39 @@ def _augment_problems(cfg):
             f"augment.hflip=true mirrors images, but data={cfg.data.name} is declared not mirrorable "
             "(data.mirrorable=false: a mirrored image would change class); remove augment.hflip, or set "
             "data.mirrorable=true if mirrored images keep their labels"
+        )
+    if a.color_jitter_hue and cfg.data.channels == 1:
+        yield (
+            f"augment.color_jitter_hue={a.color_jitter_hue} does nothing to gray images (data.channels=1); remove it"
+        )
+
+
+def _resized_crop_problems(cfg):
+    a = cfg.augment
+    scale, ratio = list(a.crop_scale), list(a.crop_ratio)
+    if not a.resized_crop:
+        defaults = AugmentConfig()
+        unused = [
+            f"augment.{k}={v}"
+            for k, v, d in (("crop_scale", scale, defaults.crop_scale), ("crop_ratio", ratio, defaults.crop_ratio))
+            if v != list(d)
+        ]
+        if unused:
+            yield f"{', '.join(unused)} does nothing without augment.resized_crop=true; set it, or remove them"
+        return
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+        yield f"augment.crop_scale is [min, max] area shares with 0 < min <= max <= 1, got {scale}"
+    if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+        yield f"augment.crop_ratio is [min, max] aspect ratios (width/height) with 0 < min <= max, got {ratio}"
+    if cfg.padding.name != "fixed":
+        yield (
+            "augment.resized_crop=true resizes every crop to one input size, which needs padding=fixed "
+            f"(padding={cfg.padding.name} keeps each image's own size)"
+        )
+    if a.crop_padding > 0:
+        yield (
+            f"augment.resized_crop=true and augment.crop_padding={a.crop_padding} are two random crops of "
+            "one image; keep one (set augment.crop_padding=0 for the ImageNet-style crop)"
         )
 
 
@@ -317,6 +348,11 @@ def _optim_problems(cfg):
         yield f"optim.eps must be positive, got {o.eps}"
     if o.weight_decay < 0:
         yield f"optim.weight_decay must be at least 0, got {o.weight_decay}"
+    if not o.filter_bias_and_bn and o.weight_decay == 0:
+        yield (
+            "optim.filter_bias_and_bn=false has no effect with optim.weight_decay=0 (nothing is decayed); "
+            "set a weight decay or drop it"
+        )
     if o.nesterov and o.momentum == 0:
         yield "optim.nesterov=true needs optim.momentum above 0"
     if kind in ("step", "multistep", "exponential") and not 0 < o.gamma <= 1:
@@ -347,15 +383,37 @@ def check_tools(cfg) -> None:
         find_compiler()
 
 
+# The package each optional logger imports, checked before anything is built or trained.
+LOGGER_PACKAGES = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
+
+
+def check_loggers(cfg) -> None:
+    """Raise ConfigError when a chosen logger's package is not installed (all named at once)."""
+    import importlib.util
+
+    missing = [
+        f"logger={name} needs {pkg}"
+        for name, pkg in LOGGER_PACKAGES.items()
+        if cfg.logger.get(name) is not None and importlib.util.find_spec(pkg) is None
+    ]
+    if missing:
+        raise ConfigError(
+            f"{'; '.join(missing)}, which is not installed: pip install -e '.[loggers]' (or the package alone). "
+            "metrics.csv is written without any of them."
+        )
+
+
 def validate(cfg) -> None:
     """Raise ConfigError naming every value that is out of range or contradicts another."""
-    bad = list(_non_finite(_resolved(cfg)))
+    tree = _resolved(cfg)
+    bad = list(_non_finite(tree))
     if bad:
         raise ConfigError(f"Non-finite numbers are not settings: {', '.join(bad)}. Give finite values.")
-    plain = OmegaConf.to_container(cfg)  # unresolved: a `_target_` is checked as written
-    for path, key, target in walk(plain):
+    # Resolved: a node built by an interpolation (`${oc.decode:...}`) is a plain dict, walked too.
+    for path, key, target in walk(tree):
         if key == "_target_":
             check_target(path, target)
+    plain = OmegaConf.to_container(cfg)
     check_padding(cfg.padding, PaddingConfig())
     try:
         # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.

@@ -76,10 +76,9 @@ class Monitor(Choice):
     train_loss = "train_loss"  # the epoch's mean training loss
 
 
-class LoggerName(Choice):
-    csv = "csv"
-    tensorboard = "tensorboard"
-    mlflow = "mlflow"
+class WandbMode(Choice):
+    online = "online"
+    offline = "offline"
 
 
 @dataclass
@@ -119,6 +118,9 @@ class OptimConfig:
     eps: float = 1e-8  # adam, adamw
     nesterov: bool = False  # momentum, sgd
     weight_decay: float = 1e-4  # L2 (momentum, sgd, adam); decoupled (adamw, lion)
+    # No weight decay on biases and BatchNorm/LayerNorm gamma, beta (1-D parameters), as MindCV and timm
+    # by default; false decays every parameter.
+    filter_bias_and_bn: bool = True
     schedule: Schedule = Schedule.cosine
     warmup_epochs: float = 0.0  # linear ramp to lr; the schedule starts when it ends (not onecycle)
     min_lr: float = 0.0  # cosine, onecycle: the last step's rate
@@ -194,10 +196,38 @@ class DiagnoseConfig:
 
 
 @dataclass
+class CsvLoggerConfig:
+    """metrics.csv: always written (the run's own record); `logger=csv` alone is the default."""
+
+
+@dataclass
+class TensorBoardLoggerConfig:
+    """Event files in <run_dir>/tensorboard."""
+
+
+@dataclass
+class MlflowLoggerConfig:
+    tracking_uri: Optional[str] = None  # None: file store in outputs/mlruns
+    experiment: Optional[str] = None  # None: the run's experiment_name
+
+
+@dataclass
+class WandbLoggerConfig:
+    project: Optional[str] = None  # None: the run's experiment_name
+    entity: Optional[str] = None  # None: the logged-in user's default entity
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+    mode: Optional[WandbMode] = None  # None: WANDB_MODE, else W&B's default (online)
+
+
+@dataclass
 class LoggerConfig:
-    name: LoggerName = MISSING
-    tracking_uri: Optional[str] = None  # mlflow only; None: file store in outputs/mlruns
-    experiment: Optional[str] = None  # mlflow experiment; None: the run's experiment_name
+    """The loggers of a run, one key per chosen option of the `logger` group (`logger=[csv,wandb]`)."""
+
+    csv: Optional[CsvLoggerConfig] = None
+    tensorboard: Optional[TensorBoardLoggerConfig] = None
+    mlflow: Optional[MlflowLoggerConfig] = None
+    wandb: Optional[WandbLoggerConfig] = None
 
 
 @dataclass

@@ -63,6 +63,8 @@ class RunMetrics:
     batch_size: int = 0  # global batch
     effective_batch_size: int = 0  # samples per optimizer update: batch_size x optim.accumulate_steps
     optimizer_updates: int = 0  # optimizer steps taken, across resumes (its global_step at the end)
+    # value, filter_bias_and_bn, and the tensors (and values) the optimizer decays or exempts
+    weight_decay: dict = field(default_factory=dict)
     ema_decay: Optional[float] = None  # ema.decay when the evaluated and saved weights are the EMA; None: off
     sink: dict = field(default_factory=dict)  # requested, effective, sink_size_requested, sink_size (effective)
     distributed: dict = field(default_factory=dict)  # workers, per_rank_batch
@@ -74,6 +76,7 @@ class RunMetrics:
     run_dir: str = ""
     resumed_from: Optional[str] = None  # the checkpoint this run continued from
     resume_changes: Dict[str, list] = field(default_factory=dict)  # key -> [saved, new] applied on resume
+    loggers: List[str] = field(default_factory=list)  # where the metrics also went: csv (always), then the chosen
     checkpoint: Optional[str] = None  # model.ckpt, the final FP32 weights; None when not saved
     plot: Optional[str] = None  # curves.png
     advice: List[str] = field(default_factory=list)  # notes grounded in these numbers

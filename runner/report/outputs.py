@@ -10,6 +10,7 @@ from importlib import metadata
 from omegaconf import OmegaConf
 
 from runner.report.metrics import RunMetrics
+from runner.rundir.layout import RunDir
 
 log = logging.getLogger("runner")
 
@@ -39,7 +40,7 @@ def write_config(run_dir: str, cfg) -> str:
         },
         **body,
     }
-    path = os.path.join(run_dir, "config.yaml")
+    path = RunDir(run_dir).config
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(OmegaConf.to_yaml(OmegaConf.create(rerun)))
@@ -88,5 +89,5 @@ def finish(m: RunMetrics, logger) -> None:
     """Log the advice and hand the final metrics and artifacts to the configured logger."""
     for note in m.advice:
         log.info("note: %s", note)
-    artifacts = [os.path.join(m.run_dir, n) for n in ("config.yaml", "metrics.json")] + [m.plot]
+    artifacts = [RunDir(m.run_dir).config, RunDir(m.run_dir).metrics, m.plot]
     logger.finish(m, artifacts)

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from runner.config.tree import flat
 from runner.report import advice
 from runner.report.metrics import RunMetrics
+from runner.rundir.layout import CONFIG, FAILED, METRICS
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def collect(sweep_dir: Path) -> list:
     """One JobRow per job directory, in job order, with the overrides that tell the jobs apart."""
     rows = []
     for job_dir in sweep_dir.iterdir():
-        if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / "failed.json").exists()):
+        if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / FAILED).exists()):
             continue
         rows.append(_row(job_dir))
     rows.sort(key=lambda r: (r.job if isinstance(r.job, int) else math.inf, r.dir))
@@ -116,7 +117,7 @@ def _row(job_dir: Path) -> JobRow:
     if (hydra_dir / "hydra.yaml").exists():
         num = OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num
     row = JobRow(int(num) if str(num).isdigit() else num, str(job_dir), list(overrides))
-    metrics, failed = job_dir / "metrics.json", job_dir / "failed.json"
+    metrics, failed = job_dir / METRICS, job_dir / FAILED
     if failed.exists():
         info = json.loads(failed.read_text())
         if info.get("error_type") == "Interrupted":
@@ -131,8 +132,8 @@ def _row(job_dir: Path) -> JobRow:
         row.status, row.error = "failed", "no metrics.json (the job did not finish)"
         return row
     row.metrics = RunMetrics.read(str(metrics))
-    if (job_dir / "config.yaml").exists():
-        body = OmegaConf.to_container(OmegaConf.load(job_dir / "config.yaml"))
+    if (job_dir / CONFIG).exists():
+        body = OmegaConf.to_container(OmegaConf.load(job_dir / CONFIG))
         row.config = {k: v for k, v in flat(body).items() if k.split(".")[0] not in IGNORED}
     return row
 

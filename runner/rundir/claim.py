@@ -7,9 +7,9 @@ import os
 from typing import Optional
 
 from runner.errors import UserError
+from runner.rundir.layout import RunDir
 
 log = logging.getLogger("runner")
-COMPLETE = ".runner.complete"  # written last: the run's outputs are all there
 
 
 def claim(cfg, run_dir: str, overrides) -> bool:
@@ -20,9 +20,8 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     A directory that holds a run (checkpoints, metrics) is reused only by resuming that run; a
     resume's configuration is checked against the saved one (runner/rundir/resume_check.py).
     """
-    from runner.rundir import lock
-    from runner.rundir import resume_check as resume_config
-    from runner.rundir.resume_check import has_checkpoint, resume_source
+    from runner.rundir import lock, resume_check
+    from runner.rundir.resume_check import resume_source
 
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
@@ -35,15 +34,15 @@ def claim(cfg, run_dir: str, overrides) -> bool:
             f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
             "choose another hydra.run.dir."
         )
-    stale = os.path.join(run_dir, resume_config.RECORD)
-    if source is None or not (has_checkpoint(os.path.join(source, "checkpoints")) or _complete(source)):
+    stale = RunDir(run_dir).resume_record
+    if source is None or not (RunDir(source).has_checkpoint() or _complete(source)):
         if os.path.exists(stale):
             os.remove(stale)
         return False
-    changes = resume_config.check(cfg, source, run_dir, overrides)
+    changes = resume_check.check(cfg, source, run_dir, overrides)
     # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
     done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
-    if done and "epochs" in changes and not has_checkpoint(os.path.join(source, "checkpoints")):
+    if done and "epochs" in changes and not RunDir(source).has_checkpoint():
         raise UserError(
             f"The run in {source} cannot be extended: it saved no resumable checkpoint "
             "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
@@ -64,13 +63,15 @@ def run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:
     """The run directory a resumable checkpoint belongs to (<run>/checkpoints/step_N.ckpt), if it is one."""
     if not ckpt_path:
         return None
-    ckpt_dir = os.path.dirname(os.path.abspath(ckpt_path))
-    return os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else None
+    from runner.rundir.layout import of_checkpoints
+
+    run = of_checkpoints(os.path.dirname(os.path.abspath(ckpt_path)))
+    return run.path if run else None
 
 
 def _complete(run_dir: str) -> Optional[dict]:
     try:
-        with open(os.path.join(run_dir, COMPLETE)) as f:
+        with open(RunDir(run_dir).complete) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
@@ -78,12 +79,10 @@ def _complete(run_dir: str) -> Optional[dict]:
 
 def _holds_run(run_dir: str) -> Optional[str]:
     """What in run_dir shows an earlier run that a fresh start would overwrite (None: nothing)."""
-    from runner.rundir.resume_check import has_checkpoint
-
     if _complete(run_dir):
         return "a finished run"
-    if has_checkpoint(os.path.join(run_dir, "checkpoints")):
+    if RunDir(run_dir).has_checkpoint():
         return "an unfinished run with checkpoints"
-    if os.path.exists(os.path.join(run_dir, "metrics.json")):
+    if os.path.exists(RunDir(run_dir).metrics):
         return "a run's metrics.json"
     return None

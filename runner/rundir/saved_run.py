@@ -20,10 +20,19 @@ from runner.config.schema import Config
 from runner.datasets.settings import DataConfig
 from runner.errors import ConfigError, UserError, print_user_error, user_errors
 from runner.models.errors import ModelError
+from runner.rundir.layout import (
+    CHECKPOINTS,
+    CONFIG,
+    LAST_GOOD,
+    MODEL,
+    RunDir,
+    StateProblem,
+    read_checkpoint,
+    read_state,
+)
 
 log = logging.getLogger("runner")
 
-CONFIG = "config.yaml"
 
 # `data.<field>=...` overrides on the commands: every data field, optional, None = the run's value.
 # Generated from DataConfig so the commands type-check overrides exactly as training does.
@@ -91,21 +100,22 @@ def load_config(run_dir: str, data_overrides=None):
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     from runner.config.checks import validate
+    from runner.rundir.resume_check import read_saved_config
 
     path = config_path(run_dir)
+    saved = read_saved_config(path)
     try:
-        saved = OmegaConf.load(path)
-        body = {k: v for k, v in OmegaConf.to_container(saved).items() if k not in ("defaults", "hydra")}
+        body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)
-    except (OmegaConfBaseException, ValueError, OSError) as e:  # YAML errors are ValueErrors too
+        if data_overrides is not None:
+            changes = {k: v for k, v in OmegaConf.to_container(data_overrides).items() if v is not None}
+            cfg = OmegaConf.merge(cfg, {"data": changes})
+        validate(cfg)
+    except (OmegaConfBaseException, ValueError) as e:  # a value missing, of another type, or unknown
         raise ConfigError(
-            f"{path} cannot be read as a runner configuration ({str(e).splitlines()[0].strip()}); "
+            f"{path} cannot be read as a runner configuration ({' '.join(str(e).split())[:200]}); "
             "was it written by this version of the runner?"
         ) from None
-    if data_overrides is not None:
-        changes = {k: v for k, v in OmegaConf.to_container(data_overrides).items() if v is not None}
-        cfg = OmegaConf.merge(cfg, {"data": changes})
-    validate(cfg)
     return cfg
 
 
@@ -145,55 +155,43 @@ def build(cfg, batch_size: Optional[int] = None):
 
 def checkpoint_path(run_dir: str, ckpt: str) -> str:
     """The file `ckpt=` names: final (model.ckpt), last or best (checkpoints/latest.json), or a path."""
-    from runner.training.checkpoints import STATE
-
+    run = RunDir(run_dir)
     ckpt = str(ckpt)
     if ckpt == "final":
-        path = os.path.join(run_dir, "model.ckpt")
-        if not os.path.isfile(path):
-            raise ConfigError(f"ckpt=final: {run_dir} has no model.ckpt. {_available(run_dir)}")
-        return path
+        if not os.path.isfile(run.model):
+            raise ConfigError(f"ckpt=final: {run_dir} has no {MODEL}. {_available(run)}")
+        return run.model
     if ckpt in ("last", "best"):
-        state = os.path.join(run_dir, "checkpoints", STATE)
-        if not os.path.isfile(state):
-            raise ConfigError(f"ckpt={ckpt}: {run_dir} has no checkpoints/{STATE}. {_available(run_dir)}")
-        import json
-
-        with open(state) as f:
-            info = json.load(f)
-        name = info["latest"] if ckpt == "last" else (info.get("best") or {}).get("file")
-        if not name:
-            raise ConfigError(f"ckpt=best: {state} records no best checkpoint. {_available(run_dir)}")
-        return os.path.join(run_dir, "checkpoints", name)
-    for cand in (ckpt, os.path.join(run_dir, ckpt), os.path.join(run_dir, "checkpoints", ckpt)):
+        try:
+            state = read_state(run.checkpoints)
+        except StateProblem as e:
+            raise ConfigError(f"ckpt={ckpt}: {e}. {_available(run)}") from None
+        if ckpt == "last":
+            return state["path"]
+        if not state.get("best"):
+            raise ConfigError(f"ckpt=best: {run.state} records no best checkpoint. {_available(run)}")
+        best = run.checkpoint(state["best"]["file"])
+        if not os.path.isfile(best):
+            raise ConfigError(
+                f"ckpt=best: {run.state} names {state['best']['file']}, which is missing. {_available(run)}"
+            )
+        return best
+    for cand in (ckpt, os.path.join(run_dir, ckpt), run.checkpoint(ckpt)):
         if os.path.isfile(cand):
             return cand
-    raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run_dir)}")
+    raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run)}")
 
 
-def _available(run_dir: str) -> str:
-    found = [n for n in ("model.ckpt", "last_good.ckpt") if os.path.isfile(os.path.join(run_dir, n))]
-    ckdir = os.path.join(run_dir, "checkpoints")
-    if os.path.isdir(ckdir):
-        found += sorted(f"checkpoints/{n}" for n in os.listdir(ckdir) if n.endswith(".ckpt"))
+def _available(run: RunDir) -> str:
+    found = [n for n in (MODEL, LAST_GOOD) if os.path.isfile(os.path.join(run.path, n))]
+    if os.path.isdir(run.checkpoints):
+        found += sorted(f"{CHECKPOINTS}/{n}" for n in os.listdir(run.checkpoints) if n.endswith(".ckpt"))
     if not found:
         return "The run saved no checkpoint (save_checkpoint=false, or it stopped before saving)."
     return (
         f"Checkpoints in the run: {', '.join(found)} (ckpt=final|last|best, or a path; a path relative "
         "to the run directory works too)."
     )
-
-
-def read_checkpoint(path: str) -> dict:
-    """MindSpore's own checkpoint reader (never pickle); a ConfigError when the file is not a checkpoint."""
-    import mindspore as ms
-
-    try:
-        return ms.load_checkpoint(path)
-    except (ValueError, RuntimeError, OSError, TypeError) as e:
-        raise ConfigError(
-            f"{path} cannot be read as a MindSpore checkpoint ({str(e).strip().splitlines()[0]})."
-        ) from None
 
 
 def load_weights(net, params: dict, path: str, cfg) -> dict:
@@ -207,6 +205,11 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
     import mindspore as ms
 
     own = {p.name: p for p in net.get_parameters()}
+    averaged = cfg.ema.decay > 0 and all(f"ema.{n}" in params for n in own)
+    if averaged:
+        # A resumable checkpoint of a run with ema.decay: its weights are the average (ema.*), as the
+        # run's model.ckpt and its evaluation are, not the raw weights of the step.
+        params = {**params, **{n: params[f"ema.{n}"] for n in own}}
     missing = [n for n in own if n not in params]
     wrong = [
         f"{n} {tuple(own[n].shape)} in the network, {tuple(params[n].shape)} in the checkpoint"
@@ -224,8 +227,53 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
             f"{cfg.data.channels} input channel(s)): {' and '.join(what)}. Use a checkpoint of this run, or "
             "pass the run directory the checkpoint was trained in."
         )
-    ms.load_param_into_net(net, {n: params[n] for n in own}, strict_load=True)
-    return {"path": os.path.abspath(path), "parameters": len(own)}
+    values = usable_weights({n: params[n] for n in own}, own, path)
+    ms.load_param_into_net(net, values, strict_load=True)
+    return {"path": os.path.abspath(path), "parameters": len(own), "ema": averaged}
+
+
+EVALUATE_HINT = "Use another checkpoint of the run (ckpt=last|best|final, or a step_*.ckpt in its checkpoints/)."
+
+
+def _nptype(param):
+    import mindspore as ms
+    import numpy as np
+
+    return np.dtype(ms.dtype_to_nptype(param.dtype))
+
+
+def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT) -> dict:
+    """values (name -> the checkpoint's tensor) in the dtypes of own (name -> the network's Parameter).
+
+    Refused (ConfigError naming the parameters): NaN or infinity anywhere, as resume refuses it (a result
+    of such a model is no result), and integer or boolean data where the network holds floats. Floats of
+    another width (a float16 checkpoint of a float32 network) are cast, as MindSpore's own loader would
+    fail on them with a traceback.
+    """
+    import mindspore as ms
+    import numpy as np
+
+    from runner.training.checkpoints import nonfinite_params
+
+    arrays = {n: v.asnumpy() for n, v in values.items()}
+    nonfloat = [
+        f"{n} ({a.dtype})"
+        for n, a in arrays.items()
+        if np.issubdtype(_nptype(own[n]), np.floating) and not np.issubdtype(a.dtype, np.floating)
+    ]
+    bad = nonfinite_params(values)
+    if nonfloat or bad:
+        what = f"{len(bad)} parameter(s) hold NaN or infinity ({', '.join(bad[:3])})" if bad else ""
+        if nonfloat:
+            what += (" and " if what else "") + f"{len(nonfloat)} hold non-float data ({', '.join(nonfloat[:3])})"
+        raise ConfigError(
+            f"{path} cannot be used: {what}; a model with such weights gives no meaningful result. {hint}"
+        )
+    out = {}
+    for n, a in arrays.items():
+        want = _nptype(own[n])
+        out[n] = ms.Parameter(ms.Tensor(a.astype(want)), name=n) if a.dtype != want else values[n]
+    return out
 
 
 @dataclass

@@ -17,7 +17,6 @@ So this callback saves with save_checkpoint (MindSpore's format and parameter wa
 name, renames it into place, and records it in latest.json, also written by rename.
 """
 
-import json
 import logging
 import os
 import signal
@@ -28,7 +27,8 @@ from mindspore.train import Callback
 
 from runner.errors import ConfigError
 from runner.rundir.atomic import save_checkpoint, write_json
-from runner.rundir.resume_check import STATE, has_checkpoint, in_place, step_files, wants_resume
+from runner.rundir.layout import STATE, RunDir, StateProblem, has_checkpoint, read_checkpoint, read_state, step_files
+from runner.rundir.resume_check import in_place, wants_resume
 from runner.training.interrupts import FinalPhaseInterrupted
 
 log = logging.getLogger("runner")
@@ -243,13 +243,13 @@ def find_resume(resume, run_dir: str) -> dict:
     if not wants_resume(resume):
         return {}
     if in_place(resume):
-        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        ckpt_dir = RunDir(run_dir).checkpoints
         if not has_checkpoint(ckpt_dir):
             log.info("resume=true: no checkpoint in %s yet; starting from scratch", run_dir)
             return {}
         return _read_state(ckpt_dir)
     path = os.path.abspath(str(resume))
-    for ckpt_dir in (os.path.join(path, "checkpoints"), path):
+    for ckpt_dir in (RunDir(path).checkpoints, path):
         if os.path.isdir(ckpt_dir) and has_checkpoint(ckpt_dir):
             return _read_state(ckpt_dir)
     if os.path.isfile(path) and path.endswith(".ckpt"):
@@ -264,16 +264,8 @@ def find_resume(resume, run_dir: str) -> dict:
     raise ConfigError(f"resume={resume}: no checkpoints/{STATE} or .ckpt file there to resume from.")
 
 
-def _load(path: str, **kwargs) -> dict:
-    """MindSpore's own checkpoint reader (never pickle), its failures turned into a clear error."""
-    import mindspore as ms
-
-    try:
-        return ms.load_checkpoint(path, **kwargs)
-    except (ValueError, RuntimeError, OSError) as e:
-        raise ConfigError(
-            f"resume: {path} cannot be read as a MindSpore checkpoint ({str(e).splitlines()[0]})."
-        ) from None
+def _load(path: str) -> dict:
+    return read_checkpoint(path, "resume: ")
 
 
 def _readable(path: str) -> bool:
@@ -285,20 +277,10 @@ def _readable(path: str) -> bool:
 
 def _read_state(ckpt_dir: str) -> dict:
     """latest.json's record, or the newest intact step_*.ckpt when latest.json or its file is broken."""
-    state_path = os.path.join(ckpt_dir, STATE)
-    problem = None
     try:
-        with open(state_path) as f:
-            state = json.load(f)
-        state["path"] = os.path.join(ckpt_dir, state["latest"])
-        int(state["global_step"])
-        if os.path.isfile(state["path"]):
-            return state
-        problem = f"{state_path} names {state['latest']}, which is missing"
-    except FileNotFoundError:
-        problem = f"{state_path} is missing"
-    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
-        problem = f"{state_path} is unreadable ({type(e).__name__}: {e})"
+        return read_state(ckpt_dir)
+    except StateProblem as e:
+        problem = str(e)
     for name in step_files(ckpt_dir):
         path = os.path.join(ckpt_dir, name)
         if _readable(path):

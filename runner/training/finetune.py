@@ -21,20 +21,27 @@ def source_path(init_from: str) -> str:
     if os.path.isfile(path):
         return path
     if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "model.ckpt")):
-            return os.path.join(path, "model.ckpt")
-        state = os.path.join(path, "checkpoints", "latest.json")
-        if os.path.isfile(state):
-            import json
+        from runner.rundir.layout import MODEL, STATE, RunDir, StateProblem, read_state
 
-            with open(state) as f:
-                s = json.load(f)
-            name = (s.get("best") or {}).get("file") or s["latest"]
-            return os.path.join(path, "checkpoints", name)
-        raise ConfigError(
-            f"init_from={init_from}: the directory {path} holds no model.ckpt and no checkpoints/latest.json; "
-            "name a .ckpt file or a finished run directory."
-        )
+        run = RunDir(path)
+        if os.path.isfile(run.model):
+            return run.model
+        if not os.path.exists(run.state):
+            raise ConfigError(
+                f"init_from={init_from}: the directory {path} holds no {MODEL} and no checkpoints/{STATE}; "
+                "name a .ckpt file or a finished run directory."
+            )
+        try:
+            state = read_state(run.checkpoints)
+        except StateProblem as e:
+            raise ConfigError(f"init_from={init_from}: {e}; name a .ckpt file instead.") from None
+        found = run.checkpoint(state["best"]["file"]) if state.get("best") else state["path"]
+        if not os.path.isfile(found):
+            raise ConfigError(
+                f"init_from={init_from}: {run.state} names {os.path.basename(found)}, which is missing; "
+                "name one of its checkpoints/step_*.ckpt files as init_from=<file>."
+            )
+        return found
     raise ConfigError(f"init_from={init_from}: {path} does not exist; name a .ckpt file or a run directory.")
 
 
@@ -96,6 +103,9 @@ def load_matching(net, init_from: str) -> dict:
             f"{type(net).__name__} (it holds e.g. {sample}; this network has e.g. {list(mine)[:4]}). It is a "
             "checkpoint of another architecture: fine-tune with the model.* settings it was trained with."
         )
+    from runner.rundir.saved_run import usable_weights
+
+    values = usable_weights(values, mine, path, hint="Fine-tune from another checkpoint (init_from=<file or run>).")
     # set_data rather than load_param_into_net, which warns about every parameter it was not given:
     # here those are expected (the new head) and listed below.
     for n, v in values.items():
@@ -124,6 +134,17 @@ def freeze(net, patterns) -> dict:
     from runner.amp.fp32_islands import match_cells
 
     cells = match_cells(net, list(patterns), option="optim.freeze")
+    # A pattern whose cells hold no parameter (activations, pooling: `*relu`) would freeze nothing, silently.
+    empty = [
+        p
+        for p in patterns
+        if not any(True for _, c in match_cells(net, [p], "optim.freeze") for _ in c.get_parameters())
+    ]
+    if empty:
+        raise ConfigError(
+            f"optim.freeze={list(patterns)}: {empty} select(s) only cells without parameters (activations, pooling), "
+            "so it would freeze nothing. Name the cells that hold weights, e.g. stem, layer1 or layer1.0.conv1."
+        )
     count = 0
     for _, cell in cells:
         for p in cell.get_parameters():

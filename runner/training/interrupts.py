@@ -1,4 +1,4 @@
-"""The signal that ends a run after its training (no MindSpore import: run.py catches it before MindSpore loads)."""
+"""The signal that ends a run after its training (no MindSpore import: recipe.py catches it before MindSpore loads)."""
 
 
 class FinalPhaseInterrupted(BaseException):

@@ -6,6 +6,7 @@ The schedule is a `LearningRateSchedule` cell that computes each step's rate fro
 checkpoint 18 MB (docs/mindspore-notes.md#lr-schedule-cell).
 """
 
+import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
@@ -113,13 +114,51 @@ def schedule_rates(schedule: LearningRateSchedule, steps: int) -> list:
     return [float(schedule(Tensor([s], mstype.int32)).asnumpy().reshape(-1)[0]) for s in range(steps)]
 
 
+def exempt_from_decay(param) -> bool:
+    """Biases and normalisation scales/shifts (BatchNorm/LayerNorm gamma and beta): timm's rule,
+    every parameter of at most one dimension or named *.bias."""
+    return len(param.shape) <= 1 or param.name.endswith(".bias")
+
+
+def decay_groups(params, weight_decay: float, filter_bias_and_bn: bool) -> list:
+    """MindSpore parameter groups giving each parameter its weight decay.
+
+    Always grouped, also when nothing is filtered: without groups MindSpore's Optimizer silently
+    exempts every parameter whose name contains "beta" or "gamma" (its own decay_filter), so
+    filter_bias_and_bn=false would not decay BatchNorm after all.
+    """
+    params = list(params)
+    if not filter_bias_and_bn:
+        return [{"params": params, "weight_decay": weight_decay}, {"order_params": params}]
+    decay = [p for p in params if not exempt_from_decay(p)]
+    exempt = [p for p in params if exempt_from_decay(p)]
+    groups = [{"params": g, "weight_decay": w} for g, w in ((decay, weight_decay), (exempt, 0.0)) if g]
+    return [*groups, {"order_params": params}]
+
+
+def decay_record(optimizer, cfg) -> dict:
+    """What the optimizer decays (metrics.json's weight_decay), read from its own per-parameter flags."""
+    flags = [bool(f) for f in optimizer.decay_flags] if optimizer.exec_weight_decay else []
+    params = list(optimizer.parameters)
+    decayed = [p for p, f in zip(params, flags) if f]
+    return {
+        "value": float(cfg.weight_decay),
+        "filter_bias_and_bn": bool(cfg.filter_bias_and_bn),
+        "decayed_tensors": len(decayed),
+        "exempt_tensors": len(params) - len(decayed),
+        "decayed_values": int(sum(int(np.prod(p.shape)) for p in decayed)),
+    }
+
+
 def build_optimizer(cfg, params, steps_per_epoch: int, total_steps: int):
     """The configured optimizer with its schedule; schedules count optimizer updates, so with
-    optim.accumulate_steps=N an epoch is steps_per_epoch / N updates."""
+    optim.accumulate_steps=N an epoch is steps_per_epoch / N updates. optim.filter_bias_and_bn
+    exempts biases and normalisation parameters from weight decay (MindCV's and timm's default)."""
     n = max(1, int(cfg.accumulate_steps))
     lr = build_schedule(cfg, steps_per_epoch / n, max(1, total_steps // n))
     name = str(cfg.name)
-    wd = cfg.weight_decay
+    wd = float(cfg.weight_decay)
+    params = decay_groups(params, wd, bool(cfg.filter_bias_and_bn))
     if name == "momentum":
         return nn.Momentum(params, lr, cfg.momentum, weight_decay=wd, use_nesterov=cfg.nesterov)
     if name == "sgd":

@@ -16,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
-from runner.rundir.claim import COMPLETE, claim, run_dir_of
+from runner.rundir.claim import claim, run_dir_of
+from runner.rundir.layout import RunDir
 from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted
@@ -74,7 +75,7 @@ class Parts:
 class Outcome:
     """What training produced."""
 
-    val: dict  # runner.report.accuracy.evaluation_metrics's keys, or {}
+    val: dict  # runner.report.accuracy.flat(...)'s keys, or {}
     losses: np.ndarray  # loss per step call, across resumes
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
@@ -271,9 +272,11 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
         # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
         start["losses"] = guarding.trace.prior_losses()
     params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+    # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
+    loggers = cfg.logger if env.rank == 0 else {}
+    logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
-    ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    ckpt_dir = RunDir(env.run_dir).checkpoints
     # skip() is read during training only, once checkpointer and guarding exist.
     watch = build_watch(
         cfg,
@@ -373,7 +376,9 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
-    from runner.rundir import resume_check as resume_config
+    from runner.report.loggers import chosen
+    from runner.rundir import resume_check
+    from runner.training.optim import decay_record
     from runner.training.validation import best_record
 
     return RunMetrics(
@@ -409,6 +414,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         batch_size=cfg.batch_size,
         effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
         optimizer_updates=int(p.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
+        weight_decay=decay_record(p.trainer.step_cell.optimizer, cfg.optim),
         ema_decay=cfg.ema.decay or None,
         sink={
             "requested": cfg.sink.enabled,
@@ -423,7 +429,8 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         versions=outputs.versions(),
         run_dir=env.run_dir,
         resumed_from=p.start.get("path"),
-        resume_changes=resume_config.recorded(env.run_dir) if p.start else {},
+        resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
+        loggers=chosen(cfg.logger),
     )
 
 
@@ -442,9 +449,9 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     save = cfg.save_checkpoint and not o.failure
     outputs.measure(m, p.net, p.data, series)
     if save:
-        m.checkpoint = os.path.join(env.run_dir, "model.ckpt")
+        m.checkpoint = RunDir(env.run_dir).model
     try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
-        m.write(os.path.join(env.run_dir, "metrics.json"))
+        m.write(RunDir(env.run_dir).metrics)
         outputs.plot(m, series, title)
         if save:
             from runner.rundir.atomic import save_checkpoint
@@ -454,7 +461,7 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         if not o.failure:
             from runner.rundir.atomic import write_json
 
-            write_json(os.path.join(env.run_dir, COMPLETE), {"steps": m.steps, "epochs": cfg.epochs})
+            write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
     except OSError as e:
         raise UserError(
             f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "

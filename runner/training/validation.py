@@ -23,9 +23,10 @@ from typing import Callable, Optional
 import numpy as np
 from mindspore.train import Callback, EarlyStopping
 
+from runner.rundir.layout import VAL_CURVE
+
 log = logging.getLogger("runner")
 
-CURVE = "val_curve.json"  # in checkpoints/, beside latest.json
 MODES = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
 
 
@@ -92,7 +93,7 @@ class Validation(Callback):
         self.start_step = start_step  # a resumed run's cur_step_num counts from 0 again
         self.logger = logger
         self.skip = skip
-        self.path = os.path.join(ckpt_dir, CURVE) if ckpt_dir else None
+        self.path = os.path.join(ckpt_dir, VAL_CURVE) if ckpt_dir else None
         self.curve = _prior_curve(start)  # {"epoch", "step", "accuracy", "loss"} per validation
         self.current = None  # this epoch's point, or None
         self.results = {}  # the last validation's metrics, as Model.fit returned them
@@ -110,7 +111,9 @@ class Validation(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        results = cb.get("eval_results")
+        from runner.report.accuracy import flat
+
+        results = flat(cb.get("eval_results"))
         if not results or self.skip():
             return
         step = self.start_step + int(cb.cur_step_num)
@@ -143,7 +146,7 @@ def _prior_curve(start: dict) -> list:
     """The validations before the step a run resumes from, from the checkpoint's own directory."""
     if not start:
         return []
-    path = os.path.join(os.path.dirname(start["path"]), CURVE)
+    path = os.path.join(os.path.dirname(start["path"]), VAL_CURVE)
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -236,7 +239,7 @@ def build_watch(
         return lambda: validation.current[key] if validation and validation.current else None
 
     es = cfg.early_stop
-    # One monitor for both (validate.py refuses two different ones): the run stops on the value that
+    # One monitor for both (runner/config/checks.py refuses two different ones): the run stops on the value that
     # chose the checkpoint it keeps.
     chosen = str(cfg.checkpoint.monitor)
     if chosen == "auto" and es.patience > 0:
@@ -256,6 +259,8 @@ def restore_best(step_cell, checkpointer) -> Optional[str]:
         return None  # data parallel: only the rank that wrote it reads it back, and only it writes outputs
     path = os.path.join(checkpointer.dir, best["file"])
     ms.load_param_into_net(step_cell, ms.load_checkpoint(path))
+    if getattr(step_cell, "ema_decay", 0) > 0:
+        step_cell.use_ema()  # the checkpoint's average (its ema.*), as model.ckpt of a run without early stop
     log.info(
         "early stop: the best checkpoint (%s %.6g, %s) becomes the final weights", best["monitor"], best["value"], path
     )
@@ -288,7 +293,9 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse:
     last = watch.validation.last() if reuse and not (record and record.get("restored")) else {}
     if last:
         return last, record
-    return trainer.evaluator.eval(val_data, dataset_sink_mode=False), record
+    from runner.report.accuracy import flat
+
+    return flat(trainer.evaluator.eval(val_data, dataset_sink_mode=False)), record
 
 
 def best_record(checkpointer, steps_per_epoch: int) -> Optional[dict]:

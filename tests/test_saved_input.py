@@ -1,0 +1,169 @@
+"""What evaluate, predict, export and init_from are given to read (a run's config.yaml, its checkpoints,
+its recorded classes): anything that cannot give a result is refused with one paragraph, in-process."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import TINY, compose_cfg
+
+from runner.errors import ConfigError
+
+
+def fake_run(run_dir, *overrides):
+    """A run directory as training leaves it (config.yaml, model.ckpt of a fresh network), without training."""
+    import mindspore as ms
+
+    from runner.report.outputs import write_config
+    from runner.rundir import saved_run
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = compose_cfg(*TINY, *overrides)
+    write_config(str(run_dir), cfg)
+    cfg = saved_run.load_config(str(run_dir))
+    saved_run.set_up_device(cfg)
+    _, net = saved_run.build(cfg)
+    ms.save_checkpoint(net, str(run_dir / "model.ckpt"))
+    return cfg, net
+
+
+def rewrite_checkpoint(path, change):
+    """Save path again with change(name, array) -> array applied to every entry."""
+    import mindspore as ms
+
+    params = ms.load_checkpoint(str(path))
+    ms.save_checkpoint([{"name": n, "data": ms.Tensor(change(n, p.asnumpy()))} for n, p in params.items()], str(path))
+
+
+def test_a_checkpoint_holding_nan_is_refused_by_the_commands_and_init_from(tmp_path):
+    from runner.rundir import saved_run
+    from runner.training.finetune import load_matching
+
+    cfg, net = fake_run(tmp_path / "run")
+    ckpt = tmp_path / "run" / "model.ckpt"
+    rewrite_checkpoint(ckpt, lambda n, a: np.full_like(a, np.nan) if n == "head.bias" else a)
+    with pytest.raises(ConfigError, match=r"NaN or infinity \(head.bias\)"):
+        saved_run.open_run(str(tmp_path / "run"), "final", cfg)  # evaluate, predict and export open it so
+    with pytest.raises(ConfigError, match=r"NaN or infinity \(head.bias\)"):
+        load_matching(net, str(ckpt))
+
+
+def test_a_float16_checkpoint_loads_and_an_int32_one_is_refused(tmp_path):
+    import mindspore as ms
+
+    from runner.rundir import saved_run
+    from runner.training.finetune import load_matching
+
+    cfg, _ = fake_run(tmp_path / "run")
+    ckpt = tmp_path / "run" / "model.ckpt"
+    rewrite_checkpoint(ckpt, lambda n, a: a.astype(np.float16))
+    saved = saved_run.open_run(str(tmp_path / "run"), "final", cfg)
+    half = {n: p.asnumpy() for n, p in ms.load_checkpoint(str(ckpt)).items()}
+    for p in saved.net.get_parameters():  # cast to the network's float32, values kept
+        assert p.asnumpy().dtype == np.float32 and np.array_equal(p.asnumpy(), half[p.name].astype(np.float32))
+    rewrite_checkpoint(ckpt, lambda n, a: a.astype(np.int32))
+    with pytest.raises(ConfigError, match=r"non-float data \(.*int32\)"):
+        saved_run.open_run(str(tmp_path / "run"), "final", cfg)
+    with pytest.raises(ConfigError, match=r"non-float data"):
+        load_matching(saved.net, str(ckpt))
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("", "is empty"),
+        ("- model\n- data\n", "holds a list"),
+        ("model: [1, 2\n", "cannot be read as a runner configuration (ParserError"),
+        ("model: 3\n", "cannot be read as a runner configuration"),
+        ("epochs: 2\n", "cannot be read as a runner configuration (Missing mandatory value"),
+    ],
+)
+def test_a_malformed_config_yaml_is_refused_by_evaluate_and_resume(tmp_path, text, words):
+    from runner.rundir import resume_check, saved_run
+
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"config.yaml") as e:
+        saved_run.load_config(str(tmp_path))
+    assert words in str(e.value)
+    if "(Missing" not in words and "model: 3" not in text:  # resume reads the file itself (then compares values)
+        with pytest.raises(ConfigError, match=r"config.yaml (is empty|holds a list|cannot be read)"):
+            resume_check.check(compose_cfg(*TINY), str(tmp_path), str(tmp_path / "new"), [])
+
+
+@pytest.mark.parametrize(
+    "state", ["{not json", "[]", '{"latest": 3}', '{"latest": "../../etc/x.ckpt"}', '{"best": {}}']
+)
+def test_a_corrupt_latest_json_is_refused_by_ckpt_last_and_init_from(tmp_path, state):
+    from runner.rundir import saved_run
+    from runner.training.finetune import source_path
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_00000001.ckpt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "latest.json").write_text(state)
+    for ckpt in ("last", "best"):
+        with pytest.raises(ConfigError, match=rf"ckpt={ckpt}: .*latest.json is unreadable"):
+            saved_run.checkpoint_path(str(tmp_path), ckpt)
+    with pytest.raises(ConfigError, match=r"init_from=.*latest.json is unreadable"):
+        source_path(str(tmp_path))
+
+
+def test_latest_json_naming_a_missing_file_is_refused(tmp_path):
+    from runner.rundir import saved_run
+    from runner.training.finetune import source_path
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest.json").write_text(json.dumps({"latest": "step_00000009.ckpt", "best": None}))
+    with pytest.raises(ConfigError, match=r"ckpt=last: .*names step_00000009.ckpt, which is missing"):
+        saved_run.checkpoint_path(str(tmp_path), "last")
+    with pytest.raises(ConfigError, match=r"names step_00000009.ckpt, which is missing"):
+        source_path(str(tmp_path))
+
+
+def _predict(run_dir, input_dir, out_dir):
+    from omegaconf import OmegaConf
+
+    from runner.predict import PredictConfig, predict
+
+    out_dir.mkdir()
+    app = OmegaConf.structured(PredictConfig(run=str(run_dir), input=str(input_dir), topk=2, show=0))
+    return predict(app, str(out_dir))
+
+
+def test_predict_skips_and_lists_what_it_cannot_decode_and_never_opens_a_fifo(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from PIL import Image
+
+    fake_run(tmp_path / "run")
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("L", (8, 8), 100).save(images / "good.png")
+    Image.new("L", (8, 8), 50).save(os.fsdecode(bytes(images) + b"/caf\xe9.png"))  # a Latin-1 file name
+    os.mkfifo(images / "x.png")  # opening it would wait for a writer forever
+    Image.fromarray(np.ones((8, 8), np.float32), mode="F").save(images / "float.png", format="TIFF")
+    Image.new("L", (40, 40), 10).save(images / "bomb.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 1600 pixels: over twice the limit, PIL refuses it
+    signal.alarm(120)  # a hang fails the test instead of blocking the suite
+    try:
+        summary = _predict(tmp_path / "run", images, tmp_path / "out")
+    finally:
+        signal.alarm(0)
+    skipped = {os.path.basename(s["path"]): s["reason"] for s in summary["skipped"]}
+    assert sorted(skipped) == ["bomb.png", "float.png", "x.png"], skipped
+    assert "FIFO" in skipped["x.png"] and "decompression bomb" in skipped["bomb.png"]
+    assert "MindSpore's Decode cannot read this TIFF F image" == skipped["float.png"]
+    rows = (tmp_path / "out" / "predictions.csv").read_text(encoding="utf-8").splitlines()
+    assert summary["images"] == 2 and len(rows) == 3  # the header and both readable images
+    assert any(r.startswith(str(images / "caf\\xe9.png") + ",") for r in rows), rows
+
+
+def test_predict_refuses_an_input_that_is_a_fifo(tmp_path):
+    import os
+
+    from runner.errors import InputError
+    from runner.predict import find_images
+
+    os.mkfifo(tmp_path / "x.png")
+    with pytest.raises(InputError, match=r"x.png: not a regular file \(a FIFO\)"):
+        find_images(str(tmp_path / "x.png"))
