@@ -209,11 +209,12 @@ def _private_dirs(create: bool):
                 where.mkdir(mode=0o700, parents=True, exist_ok=True)
             elif not where.is_dir():
                 continue
-            if not _private(where):  # a library loaded into this process must be one only we could write
-                log.warning("model.conv=onednn: %s is writable by others; not building there", where)
-                continue
-        except PermissionError as e:
-            log.warning("model.conv=onednn: cannot write %s (%s); trying a temporary directory", where, e)
+            private = _private(where)
+        except OSError as e:  # read-only, or a file where a directory should be ($XDG_CACHE_HOME a file)
+            log.warning("model.conv=onednn: cannot use %s as a directory (%s); trying a temporary directory", where, e)
+            continue
+        if not private:  # a library loaded into this process must be one only we could write
+            log.warning("model.conv=onednn: %s is writable by others; not building there", where)
             continue
         yield where
 

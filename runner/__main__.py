@@ -12,9 +12,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from runner.cli.app import entry_point, interrupted, quiet_interrupt
-from runner.config.checks import check_loggers, check_tools, validate
 from runner.config.schema import register
-from runner.errors import print_user_error, user_errors
+from runner.errors import Interrupted, print_user_error, user_errors
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
@@ -28,16 +27,12 @@ def main(cfg) -> Optional[float]:
     # failure that matters is reported as one paragraph below.
     logging.raiseExceptions = False
     try:
-        validate(cfg)  # once per process, before anything heavy
-        check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
-        check_loggers(cfg)
-        if cfg.dry_run:
-            print("Configuration is valid (dry_run=true: nothing was trained).")
-            return None
-        from runner.training.recipe import run  # MindSpore loads only after the config composed cleanly
+        from runner import api
 
-        metrics = run(cfg)
+        metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
         return metrics.val_accuracy if metrics is not None else None
+    except Interrupted as e:
+        raise SystemExit(e.exit_code) from None
     except Exception as e:
         if interrupted():  # Ctrl-C inside an import surfaces as some other error
             quiet_interrupt()

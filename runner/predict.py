@@ -128,16 +128,14 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def predict(app, out_dir: Optional[str] = None) -> dict:
-    """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir (None: Hydra's
-    output directory); return a summary."""
+def predict(app, out_dir: str) -> dict:
+    """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir; return a summary."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
 
-    out_dir = out_dir or HydraConfig.get().runtime.output_dir
     if app.topk < 1:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
@@ -162,7 +160,16 @@ def predict(app, out_dir: Optional[str] = None) -> dict:
     saved = saved_run.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
     net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
-    names = saved_run.class_names(data, saved_run.num_outputs(cfg, data))
+    recorded = saved_run.recorded_classes(app.run)
+    names = saved_run.class_names(data, saved_run.num_outputs(cfg, data, app.run), recorded)
+    current = [str(n) for n in (getattr(data, "class_names", None) or [])]
+    if recorded and current and current != recorded:
+        log.warning(
+            "the run's training data now names its classes %s, the run trained on %s (classes.json): the labels "
+            "are the run's, which its network's outputs stand for",
+            current[:6],
+            recorded[:6],
+        )
     k = min(app.topk, len(names))
 
     from runner.datasets import build_inputs
@@ -226,7 +233,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
 def main(app) -> None:
     with reported_errors():
-        predict(app)
+        predict(app, HydraConfig.get().runtime.output_dir)
 
 
 cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"))

@@ -155,11 +155,21 @@ def cli_in_process(*argv, env=None, cwd=REPO, app="runner.__main__:train"):
     return CliResult([module, *argv], code, out, err)
 
 
-def dry_run(run_dir, *overrides, multirun=False, env=None):
-    """`python -m runner <overrides> dry_run=true` in this process (cli_in_process), outputs under run_dir."""
+def run_in_process(run_dir, *overrides, multirun=False, check=True, env=None):
+    """run_cli's twin through cli_in_process: `python -m runner` without a new interpreter."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     where = [f"{key}={run_dir}"] if run_dir is not None else []
-    return cli_in_process(*(["-m"] if multirun else []), *where, *overrides, "dry_run=true", env=env)
+    proc = cli_in_process(*(["-m"] if multirun else []), *where, *overrides, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(proc.args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
+    return proc
+
+
+def dry_run(run_dir, *overrides, multirun=False, env=None):
+    """`python -m runner <overrides> dry_run=true` in this process (cli_in_process), outputs under run_dir."""
+    return run_in_process(run_dir, *overrides, "dry_run=true", multirun=multirun, check=False, env=env)
 
 
 def start_cli(run_dir, *overrides):

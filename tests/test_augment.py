@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
 from omegaconf import OmegaConf
 
 from runner.config.checks import validate
@@ -157,7 +157,7 @@ def test_conflicts_and_bad_values_are_refused(overrides, message):
 
 
 def test_refusal_is_one_paragraph_on_the_cli(tmp_path):
-    proc = run_cli(tmp_path, *TINY, "augment=basic", "augment.hflip=true", check=False)
+    proc = run_in_process(tmp_path, *TINY, "augment=basic", "augment.hflip=true", check=False)
     text = " ".join(proc.stderr.split())  # the CLI wraps its paragraph
     assert proc.returncode == 2 and "data=digits is declared not mirrorable" in text and "Traceback" not in text
 

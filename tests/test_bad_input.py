@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY, cli_in_process, dry_run, metrics, run_cli
+from conftest import REPO, TINY, cli_in_process, dry_run, metrics, run_cli, run_in_process
 
 
 def clean_error(proc, *words, code=2):
@@ -39,7 +39,7 @@ def bad_folder(root, *kinds):
 @pytest.mark.parametrize("kind,words", [("dangling", ["symbolic link", "nowhere.png"]), ("bomb", ["pixels"])])
 def test_bad_image_file_is_named(tmp_path, kind, words):
     (victim,) = bad_folder(tmp_path / "data", kind)
-    proc = run_cli(tmp_path / "run", "data=imagefolder", f"data.root={tmp_path / 'data'}", *TINY, check=False)
+    proc = run_in_process(tmp_path / "run", "data=imagefolder", f"data.root={tmp_path / 'data'}", *TINY, check=False)
     clean_error(proc, victim, "data.on_bad_sample=skip", *words)
 
 
@@ -80,7 +80,7 @@ def test_unknown_isa_in_the_environment(tmp_path):
 
 
 def test_val_fraction_leaving_no_training_rows(tmp_path):
-    proc = run_cli(tmp_path, "data.val_fraction=0.9999", *TINY, check=False)
+    proc = run_in_process(tmp_path, "data.val_fraction=0.9999", *TINY, check=False)
     clean_error(proc, "data.val_fraction=0.9999 leaves no training samples", "1797")
 
 
@@ -188,3 +188,13 @@ def test_help_into_a_closed_pipe_exits_quietly():
     finally:
         os.close(write)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("group, use", [("model", "model=bad"), ("experiment", "+experiment=bad")])
+def test_a_yaml_syntax_error_in_a_config_dir_file(tmp_path, group, use):
+    (tmp_path / "extra" / group).mkdir(parents=True)
+    header = "# @package _global_\n" if group == "experiment" else ""
+    (tmp_path / "extra" / group / "bad.yaml").write_text(header + "name: resnet8\nwidth: [8\n")
+    proc = cli_in_process("--config-dir", tmp_path / "extra", use, "dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")
+    clean_error(proc, "bad.yaml", "line 3")
+    assert not (tmp_path / "run").exists()

@@ -9,7 +9,7 @@ import tempfile
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import TINY, metrics, outputs_of, run_cli, run_module
+from conftest import TINY, metrics, outputs_of, run_cli, run_in_process, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import conv as C
@@ -143,6 +143,20 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "empty"))
     with pytest.raises(ModelError, match="no C\\+\\+ compiler.*model.conv=native or auto"):
         onednn.library()
+
+
+@needs_compiler
+def test_onednn_with_a_cache_home_that_is_a_file_builds_in_a_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    from runner.models import onednn
+
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    built = onednn.library()
+    assert built.startswith(str(tmp_path / "tmp")) and onednn._loads(built)
 
 
 @needs_compiler
@@ -349,7 +363,7 @@ def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
 
 
 def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
-    bad = run_cli(tmp_path / "b", *tiny, "model.conv=fast", check=False)
+    bad = run_in_process(tmp_path / "b", *tiny, "model.conv=fast", check=False)
     assert bad.returncode != 0 and "fast" in bad.stderr + bad.stdout
 
 
@@ -440,6 +454,8 @@ def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
 
 
 def test_onednn_without_a_compiler_fails_before_anything_runs(tmp_path, tiny):
-    proc = run_cli(tmp_path, *tiny, "model.conv=onednn", "dry_run=true", check=False, env={"CXX": "/no/such/g++"})
+    proc = run_in_process(
+        tmp_path, *tiny, "model.conv=onednn", "dry_run=true", check=False, env={"CXX": "/no/such/g++"}
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no C++ compiler (CXX=/no/such/g++)" in " ".join(proc.stderr.split())

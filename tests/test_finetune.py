@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, run_cli
+from conftest import TINY, metrics, run_cli, run_in_process
 from imagegen import digit_folder
 
 
@@ -63,7 +63,7 @@ def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
 
     other = tmp_path / "other.ckpt"
     ms.save_checkpoint(nn.SequentialCell([nn.Dense(3, 4), nn.Dense(4, 2)]), str(other))
-    proc = run_cli(tmp_path / "run", *TINY, f"init_from={other}", check=False)
+    proc = run_in_process(tmp_path / "run", *TINY, f"init_from={other}", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     text = " ".join(proc.stderr.split())
     assert "shares no parameter" in text and str(other) in text
@@ -74,7 +74,9 @@ def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
     [("nowhere/model.ckpt", "does not exist"), ("{tmp}", "holds no model.ckpt")],
 )
 def test_a_missing_source_is_refused(tmp_path, value, culprit):
-    proc = run_cli(tmp_path / "run", *TINY, "dry_run=true", f"init_from={value.format(tmp=tmp_path)}", check=False)
+    proc = run_in_process(
+        tmp_path / "run", *TINY, "dry_run=true", f"init_from={value.format(tmp=tmp_path)}", check=False
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and culprit in " ".join(proc.stderr.split())
 
 

@@ -62,7 +62,7 @@ def test_a_float16_checkpoint_loads_and_an_int32_one_is_refused(tmp_path):
     for p in saved.net.get_parameters():  # cast to the network's float32, values kept
         assert p.asnumpy().dtype == np.float32 and np.array_equal(p.asnumpy(), half[p.name].astype(np.float32))
     rewrite_checkpoint(ckpt, lambda n, a: a.astype(np.int32))
-    with pytest.raises(ConfigError, match=r"non-float data \(.*int32\)"):
+    with pytest.raises(ConfigError, match=r"non-float data \(.*Int32\)"):
         saved_run.open_run(str(tmp_path / "run"), "final", cfg)
     with pytest.raises(ConfigError, match=r"non-float data"):
         load_matching(saved.net, str(ckpt))
@@ -167,3 +167,91 @@ def test_predict_refuses_an_input_that_is_a_fifo(tmp_path):
     os.mkfifo(tmp_path / "x.png")
     with pytest.raises(InputError, match=r"x.png: not a regular file \(a FIFO\)"):
         find_images(str(tmp_path / "x.png"))
+
+
+def _folder_run(tmp_path):
+    """A fake run on an image folder of ten word-named classes, with the classes.json training writes."""
+    from conftest import folder_run_args, word_digit_folder
+
+    from runner.datasets import build_data
+    from runner.rundir import saved_run
+
+    root = word_digit_folder(tmp_path / "digits", sizes=[(8, 8)], per_class=2, val_per_class=2)
+    cfg, _ = fake_run(tmp_path / "run", *folder_run_args(root)[1:], "batch_size=4")
+    saved_run.write_classes(str(tmp_path / "run"), build_data(cfg.data, cfg.padding, 4, 0))
+    return tmp_path / "run", root
+
+
+def _evaluate(run_dir, out_dir, **fields):
+    from omegaconf import OmegaConf
+
+    from runner.evaluate import EvaluateConfig, evaluate
+
+    out_dir.mkdir()
+    app = OmegaConf.structured(EvaluateConfig(run=str(run_dir)))
+    for k, v in fields.items():
+        OmegaConf.update(app, k, v)
+    return evaluate(app, str(out_dir)).to_dict()
+
+
+def test_classes_renamed_or_a_subset_are_refused_or_mapped_by_name(tmp_path):
+    import shutil
+
+    from conftest import DIGIT_WORDS
+
+    run, root = _folder_run(tmp_path)
+    assert json.loads((run / "classes.json").read_text())["names"] == sorted(DIGIT_WORDS)
+    renamed = tmp_path / "renamed"
+    shutil.copytree(root, renamed)
+    for split in ("train", "val"):
+        for w in DIGIT_WORDS:
+            (renamed / split / w).rename(renamed / split / f"class_{DIGIT_WORDS.index(w)}")
+    for classes in ("strict", "by_name"):
+        with pytest.raises(ConfigError, match=r"other classes than the run was trained on .*class_0"):
+            _evaluate(run, tmp_path / f"out_{classes}", **{"data.root": str(renamed), "classes": classes})
+    subset = tmp_path / "subset"
+    for split in ("train", "val"):
+        for w in ("five", "one", "two"):
+            shutil.copytree(root / split / w, subset / split / w)
+    with pytest.raises(ConfigError, match=r"classes=by_name maps"):
+        _evaluate(run, tmp_path / "out_subset", **{"data.root": str(subset)})
+    m = _evaluate(run, tmp_path / "out_mapped", **{"data.root": str(subset), "classes": "by_name"})
+    samples = {n: c["samples"] for n, c in m["per_class"].items()}
+    assert m["num_classes"] == 10 and samples == {
+        w: 2 if w in ("five", "one", "two") else 0 for w in sorted(DIGIT_WORDS)
+    }
+
+
+def test_predict_labels_with_the_classes_the_run_trained_on(tmp_path):
+    from conftest import DIGIT_WORDS
+
+    run, root = _folder_run(tmp_path)
+    for split in ("train", "val"):  # the training folder's classes renamed after the run
+        for i, w in enumerate(DIGIT_WORDS):
+            (root / split / w).rename(root / split / f"class_{i}")
+    _predict(run, root / "val", tmp_path / "out")
+    rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[1:]
+    assert rows and all(r.split(",")[1] in DIGIT_WORDS for r in rows)
+
+
+def test_init_from_matches_the_head_to_the_data_classes_by_name(tmp_path):
+    import mindspore as ms
+    from conftest import DIGIT_WORDS
+
+    from runner.rundir import saved_run
+    from runner.training.finetune import load_matching
+
+    run, _ = _folder_run(tmp_path)
+    rewrite_checkpoint(run / "model.ckpt", lambda n, a: a * 3 if n.startswith("head.") else a)  # not a fresh head
+    source = ms.load_checkpoint(str(run / "model.ckpt"))
+    recorded = sorted(DIGIT_WORDS)
+    cfg = saved_run.load_config(str(run))
+    order = list(reversed(range(10)))  # the same classes, in another order (a class_indexing of their own)
+    _, net = saved_run.build(cfg)
+    record = load_matching(net, str(run), [recorded[i] for i in order])
+    assert record["classes"]["mapped_by_name"] and "head.weight" in record["loaded"]
+    assert np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy()[order])
+    _, net = saved_run.build(cfg)
+    record = load_matching(net, str(run), [f"class_{i}" for i in range(10)])  # other classes: a fresh head
+    assert record["reinitialised"] == ["head.weight", "head.bias"] and not record["classes"]["mapped_by_name"]
+    assert not np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy())

@@ -4,7 +4,7 @@ their effect through the CLI."""
 
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
 
 
 def _weights(path):
@@ -197,7 +197,7 @@ def test_resume_keeps_the_ema_and_the_window(tmp_path):
     ],
 )
 def test_bad_update_settings_are_refused(tmp_path, overrides, message):
-    proc = run_cli(tmp_path, *TINY, *overrides, check=False)
+    proc = run_in_process(tmp_path, *TINY, *overrides, check=False)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -34,10 +34,10 @@ def claim(cfg, run_dir: str, overrides) -> bool:
             f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
             "choose another hydra.run.dir."
         )
-    stale = RunDir(run_dir).resume_record
     if source is None or not (RunDir(source).has_checkpoint() or _complete(source)):
-        if os.path.exists(stale):
-            os.remove(stale)
+        for stale in (RunDir(run_dir).resume_record, RunDir(run_dir).history):  # a fresh start records no resume
+            if os.path.exists(stale):
+                os.remove(stale)
         return False
     changes = resume_check.check(cfg, source, run_dir, overrides)
     # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.

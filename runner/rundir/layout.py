@@ -2,6 +2,7 @@
 
 A run directory holds, from the top: config.yaml (re-runnable), metrics.json, model.ckpt (the final
 weights), last_good.ckpt (after a NaN stop), loss_scale.csv, resume.json (what the last resume changed),
+history.json (every resume),
 .runner.complete (written last), rank_logs/ (data parallel), and checkpoints/ with step_<N>.ckpt,
 latest.json (which one is the latest and the best) and val_curve.json. No MindSpore import here: the
 run directory is claimed before MindSpore loads.
@@ -22,6 +23,8 @@ MODEL = "model.ckpt"
 LAST_GOOD = "last_good.ckpt"
 LOSS_SCALE = "loss_scale.csv"
 RESUME_RECORD = "resume.json"
+# Every resume of the run, in order: config.yaml stays what the run started as (runner/rundir/resume_check.py).
+HISTORY = "history.json"
 COMPLETE = ".runner.complete"
 FAILED = "failed.json"  # a sweep job that failed before metrics.json: its error, for the summary
 RANK_LOGS = "rank_logs"
@@ -59,6 +62,10 @@ class RunDir:
     @property
     def resume_record(self) -> str:
         return os.path.join(self.path, RESUME_RECORD)
+
+    @property
+    def history(self) -> str:
+        return os.path.join(self.path, HISTORY)
 
     @property
     def complete(self) -> str:
@@ -131,7 +138,10 @@ def read_state(ckpt_dir: str) -> dict:
         best = state.get("best")
         if best is not None and not isinstance(best, dict):
             raise TypeError("its best record is not an object")
-        names = [state["latest"]] + ([best["file"]] if best else [])
+        top = state.get("top_k") or []
+        if not isinstance(top, list) or not all(isinstance(b, dict) for b in top):
+            raise TypeError("its top_k record is not a list of objects")
+        names = [state["latest"]] + ([best["file"]] if best else []) + [b.get("file") for b in top]
         # Plain file names in checkpoints/ only: a hand-edited "../../x.ckpt" must not reach outside it.
         if not all(isinstance(n, str) and n and os.path.basename(n) == n for n in names):
             raise ValueError(f"checkpoint names {names} are not file names")

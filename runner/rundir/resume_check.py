@@ -45,6 +45,9 @@ CHANGEABLE = (
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
 IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
+# history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes"} each). config.yaml
+# stays the configuration the run started with, so re-running it gives the same result whatever happened
+# since; the run's current settings are config.yaml with these changes applied (current()).
 
 # Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
 
@@ -163,7 +166,7 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
-    saved = _with_defaults(read_saved_config(path))
+    saved = _with_defaults(current(source_dir))
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changes, refused = compare(saved, new, override_keys(overrides))
     if refused:
@@ -182,8 +185,38 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
         )
     from runner.rundir.atomic import write_json
 
+    history = _history(source_dir)
+    if os.path.abspath(source_dir) != os.path.abspath(
+        run_dir
+    ):  # a branch into a new directory: its start is the source's
+        import shutil
+
+        os.makedirs(run_dir, exist_ok=True)
+        shutil.copyfile(path, layout.RunDir(run_dir).config)
+    write_json(layout.RunDir(run_dir).history, history + [{"from": source_dir, "changes": changes}])
     write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
     return changes
+
+
+def _history(run_dir: str) -> list:
+    try:
+        with open(layout.RunDir(run_dir).history) as f:
+            return list(json.load(f))
+    except (OSError, ValueError):
+        return []
+
+
+def current(run_dir: str) -> dict:
+    """The run's configuration now (as a plain dict): its config.yaml with every resume's changes applied."""
+    body = read_saved_config(layout.RunDir(run_dir).config)
+    for entry in _history(run_dir):
+        for key, (_, new) in entry.get("changes", {}).items():
+            node = body
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = new
+    return body
 
 
 def recorded(run_dir: str) -> Dict[str, list]:

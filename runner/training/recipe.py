@@ -12,7 +12,6 @@ from functools import partial
 from typing import Optional
 
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
@@ -111,13 +110,16 @@ def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
     return n
 
 
-def run(cfg) -> Optional[RunMetrics]:
-    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
+def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
+    """Train and evaluate as configured (cfg is validated) in run_dir; return the metrics.
 
-    None when a resumed run had nothing left to do (it was complete already).
+    overrides: the command line's (an optim.lr given there is applied on resume). None when a resumed
+    run had nothing left to do (it was complete already).
     """
-    run_dir = HydraConfig.get().runtime.output_dir
-    if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
+    from runner.report.outputs import watch_warnings
+
+    watch_warnings()  # repeated under the summary line: on a terminal they scroll past
+    if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
@@ -194,6 +196,10 @@ def build_network(cfg, env: Env):
     data = build_data(
         cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
     )
+    if env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
+        from runner.rundir.saved_run import write_classes
+
+        write_classes(env.run_dir, data)
     make_net = partial(
         build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width), conv=env.conv["path"]
     )
@@ -206,7 +212,9 @@ def build_network(cfg, env: Env):
             data.num_classes,
             cfg.model.num_classes - data.num_classes,
         )
-    fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
+    fine_tune = prepare(
+        net, cfg.init_from, cfg.optim.freeze, data.class_names
+    )  # before the optimizer takes the trainable params
     return data, make_net, net, fine_tune
 
 
@@ -379,7 +387,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.report.loggers import chosen
     from runner.rundir import resume_check
     from runner.training.optim import decay_record
-    from runner.training.validation import best_record
+    from runner.training.validation import best_record, top_records
 
     return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
@@ -389,6 +397,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         loss_curve=o.losses.tolist(),
         val_curve=p.watch.curve(),
         best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
+        top_checkpoints=top_records(p.checkpointer, p.data.steps_per_epoch),
         early_stop=o.early_stop,
         fine_tune=p.fine_tune,
         **p.monitor.timing(),
@@ -457,7 +466,7 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
             from runner.rundir.atomic import save_checkpoint
 
             save_checkpoint(p.net, m.checkpoint)
-        outputs.finish(m, p.logger)
+        outputs.finish(m, p.logger, advise=not o.failure)  # no advice on how to speed up a failed run
         if not o.failure:
             from runner.rundir.atomic import write_json
 
@@ -469,5 +478,5 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         ) from None
     if o.failure:
         raise o.failure
-    print(outputs.summary_line(m), flush=True)
+    print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
     return m

@@ -131,7 +131,9 @@ class Validation(Callback):
 
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_json(self.path, self.curve)
-        log.info("epoch %g validation: accuracy %.4f loss %.4f", point["epoch"], point["accuracy"], point["loss"])
+        log.info(
+            "epoch %g validation: val_accuracy %.4f val_loss %.4f", point["epoch"], point["accuracy"], point["loss"]
+        )
         if self.logger is not None:
             self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
 
@@ -300,9 +302,15 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse:
 
 def best_record(checkpointer, steps_per_epoch: int) -> Optional[dict]:
     """metrics.json's `best_checkpoint`: which checkpoint is the best, at which epoch, with what value."""
-    best = checkpointer.best
-    if not best:
-        return None
+    return _record(checkpointer.best, checkpointer, steps_per_epoch) if checkpointer.best else None
+
+
+def top_records(checkpointer, steps_per_epoch: int) -> list:
+    """metrics.json's `top_checkpoints`: the checkpoint.top_k kept best ones, best first, as best_record."""
+    return [_record(b, checkpointer, steps_per_epoch) for b in checkpointer.top]
+
+
+def _record(best: dict, checkpointer, steps_per_epoch: int) -> dict:
     return {
         "monitor": best["monitor"],
         "value": best["value"],
