@@ -17,6 +17,7 @@ from runner.config.checks import check_tools, validate
 from runner.config.schema import register
 from runner.errors import print_user_error, user_errors
 from runner.rundir.atomic import write_json
+from runner.rundir.claim import check_run_dir
 from runner.rundir.lock import check_free
 
 register()
@@ -56,8 +57,17 @@ def main(cfg) -> Optional[float]:
         return math.nan
 
 
+def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
+    """What refuses a run before Hydra writes .hydra/ and runner.log into its directory: the configuration
+    (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir)."""
+    if not in_sweep:
+        validate(cfg)
+        check_tools(cfg)
+    check_run_dir(cfg, run_dir, overrides, in_sweep)
+
+
 # check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.
-train = entry_point(main, check_free)
+train = entry_point(main, check_free, before_run=before_run)
 
 
 if __name__ == "__main__":

@@ -157,9 +157,9 @@ def read_saved_config(path: str) -> dict:
     return saved
 
 
-def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[str, list]:
+def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: bool = True) -> Dict[str, list]:
     """Refuse a resume whose configuration differs from the saved one where it cannot; return and
-    record (run_dir/resume.json) what changes are applied."""
+    record (run_dir/resume.json, unless record=False: the check before Hydra starts) what changes are applied."""
     from omegaconf import OmegaConf
 
     path = os.path.join(source_dir, "config.yaml")
@@ -183,9 +183,10 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
             "save_checkpoint, diagnose.*, "
             "amp.keep_fp32, model.conv, device.cpu_isa_cap."
         )
-    from runner.rundir.atomic import write_json
+    if record:
+        from runner.rundir.atomic import write_json
 
-    write_json(os.path.join(run_dir, RECORD), {"from": source_dir, "changes": changes})
+        write_json(os.path.join(run_dir, RECORD), {"from": source_dir, "changes": changes})
     return changes
 
 
