@@ -69,7 +69,7 @@ def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
     import numpy as np
     from mindspore import Tensor, nn
 
-    from runner.models.conv import Conv2d
+    from runner.models.conv import PathConv2d
     from runner.models.resnet import resnet
 
     ms.set_seed(0)
@@ -78,7 +78,7 @@ def ms_train(conv: str, steps: int, threads: int, jit_level: str = "") -> dict:
     build_s = time.perf_counter() - t  # includes model.conv=auto's one-time timing on a cache miss
     paths = {}
     for _, cell in net.cells_and_names():
-        if isinstance(cell, Conv2d):
+        if isinstance(cell, PathConv2d):
             paths[cell.path] = paths.get(cell.path, 0) + 1
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)

@@ -2,7 +2,7 @@
 
 On CPU MindSpore 2.10 runs every convolution as oneDNN `gemm:jit` on plain NCHW memory: a per-image
 im2col + GEMM, starved when an image's output is only a few pixels (the last ResNet stages), while
-MindSpore's own MatMul reaches ~180 GFLOP/s on large problems. `Conv2d(path="gemm")` computes the
+MindSpore's own MatMul reaches ~180 GFLOP/s on large problems. `PathConv2d(path="gemm")` computes the
 same convolution as one large MatMul over the whole batch: the input goes channels-last, a constant
 0/1 matrix gathers each output pixel's k*k window (im2col as a MatMul, which also pads), and the
 (N*OH*OW, k*k*C) window matrix is multiplied by the (Cout, k*k*C) weight. Which algorithm is faster depends
@@ -40,17 +40,22 @@ GEMM_MARGIN = 0.9  # gemm is chosen only when at least 10% faster
 GEMM_MAX_SELECT = 2**22
 
 
-class Conv2d(nn.Conv2d):
+class PathConv2d(nn.Conv2d):
     """A bias-free square-kernel `nn.Conv2d` (zero padding `padding`), computed by `path`.
 
     `path` is "native" (MindSpore's Conv2D), "gemm" (im2col + MatMul) or "onednn" (oneDNN's blocked
     kernels, models/onednn.py); resolve "auto" with `choose_path` before building. Parameters, their
     names and the numbers computed are the same under every path (up to float32 summation order).
+
+    Not named `Conv2d`: amp=o1's rewrite (MindSpore 2.10) generates one class per class name, and two
+    classes called Conv2d (this one and its base) made it call the wrong constructor (a TypeError).
     """
 
     def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None):
         if path not in ("native", "gemm", "onednn"):
-            raise ValueError(f"Conv2d path must be 'native', 'gemm' or 'onednn' (resolve 'auto' first), got {path!r}")
+            raise ValueError(
+                f"PathConv2d path must be 'native', 'gemm' or 'onednn' (resolve 'auto' first), got {path!r}"
+            )
         super().__init__(
             cin,
             cout,
@@ -66,7 +71,7 @@ class Conv2d(nn.Conv2d):
         self.select = None
         if self.use_gemm and not (kernel_size == 1 and stride == 1 and padding == 0):
             if size is None:
-                raise ValueError("Conv2d(path='gemm') needs the input size (its im2col matrix depends on it)")
+                raise ValueError("PathConv2d(path='gemm') needs the input size (its im2col matrix depends on it)")
             # A plain Tensor attribute, not a Parameter: a constant of the graph, absent from checkpoints.
             self.select = Tensor(selection_matrix(size, kernel_size, stride, padding))
         self.matmul_bt = ops.MatMul(transpose_b=True)
@@ -154,7 +159,7 @@ class _FwdBwd(nn.Cell):
 
 def _timer(path, cin, cout, k, stride, padding, size):
     """A compiled, warmed-up forward + backward of one convolution: call it to time one step."""
-    conv = Conv2d(cin, cout, k, stride, padding, path, size)
+    conv = PathConv2d(cin, cout, k, stride, padding, path, size)
     step = _FwdBwd(conv)
     rng = np.random.default_rng(0)
     out = conv_output_size(size, k, stride, padding)
@@ -275,7 +280,7 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
     return best
 
 
-def conv(cin, cout, kernel_size, stride, padding, size, path="native") -> Conv2d:
+def conv(cin, cout, kernel_size, stride, padding, size, path="native") -> PathConv2d:
     """A convolution cell on a `size` x `size` input, running the algorithm `path` resolves to."""
     chosen = choose_path(path, cin, cout, kernel_size, stride, padding, size)
-    return Conv2d(cin, cout, kernel_size, stride, padding, chosen, size)
+    return PathConv2d(cin, cout, kernel_size, stride, padding, chosen, size)

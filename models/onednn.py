@@ -96,6 +96,10 @@ def library() -> str:
     for where in (cache_path().parent, Path(tempfile.gettempdir()) / f"mindspore-runner-{os.getuid()}"):
         try:
             where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as e:  # read-only, or a file where a directory should be ($XDG_CACHE_HOME a file)
+            log.warning("model.conv=onednn: cannot use %s as a directory (%s); trying a temporary directory", where, e)
+            continue
+        try:
             if not _private(where):  # a library loaded into this process must be one only we could write
                 log.warning("model.conv=onednn: %s is writable by others; not building there", where)
                 continue

@@ -3,7 +3,6 @@ typed config and hands it to run(). runner/cli/app.py checks what Hydra would ac
 
 import logging
 import math
-import os
 import sys
 import traceback
 from typing import Optional
@@ -13,11 +12,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from runner.cli.app import entry_point, interrupted, quiet_interrupt
-from runner.config.checks import check_tools, validate
 from runner.config.schema import register
-from runner.errors import print_user_error, user_errors
+from runner.errors import Interrupted, print_user_error, user_errors
 from runner.rundir.atomic import write_json
 from runner.rundir.claim import check_run_dir
+from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
 
 register()
@@ -29,15 +28,12 @@ def main(cfg) -> Optional[float]:
     # failure that matters is reported as one paragraph below.
     logging.raiseExceptions = False
     try:
-        validate(cfg)  # once per process, before anything heavy
-        check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
-        if cfg.dry_run:
-            print("Configuration is valid (dry_run=true: nothing was trained).")
-            return None
-        from runner.training.recipe import run  # MindSpore loads only after the config composed cleanly
+        from runner import api
 
-        metrics = run(cfg)
+        metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
         return metrics.val_accuracy if metrics is not None else None
+    except Interrupted as e:
+        raise SystemExit(e.exit_code) from None
     except Exception as e:
         if interrupted():  # Ctrl-C inside an import surfaces as some other error
             quiet_interrupt()
@@ -53,7 +49,7 @@ def main(cfg) -> Optional[float]:
         else:
             traceback.print_exc()
         job_dir = HydraConfig.get().runtime.output_dir
-        write_json(os.path.join(job_dir, "failed.json"), {"error": str(e), "error_type": type(e).__name__})
+        write_json(RunDir(job_dir).failed, {"error": str(e), "error_type": type(e).__name__})
         return math.nan
 
 
@@ -61,8 +57,11 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
     """What refuses a run before Hydra writes .hydra/ and runner.log into its directory: the configuration
     (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir)."""
     if not in_sweep:
-        validate(cfg)
+        from runner.config.checks import check_loggers, check_tools, validate
+
+        validate(cfg)  # as runner.api.train does first
         check_tools(cfg)
+        check_loggers(cfg)
     check_run_dir(cfg, run_dir, overrides, in_sweep)
 
 

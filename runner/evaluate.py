@@ -5,6 +5,7 @@ writes top-1, top-5, loss, per-class accuracy and the confusion matrix into
 `<run>/evaluate-<time>/metrics.json` (and confusion.png).
 """
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -30,10 +31,39 @@ class EvaluateConfig:
     batch_size: Optional[int] = None  # None: the run's batch_size
     # true: at the AMP level the run validated with, so top-1 equals its val_accuracy; false: FP32 throughout
     amp: bool = True
+    # strict: refuse data whose class names differ from the run's (classes.json); by_name: map the data's
+    # labels to the network's outputs by name (the same classes in another order, or a subset of them)
+    classes: str = "strict"
     data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... (None = the run's)
 
 
 ConfigStore.instance().store(name="evaluate_schema", node=EvaluateConfig)
+
+
+@dataclass
+class EvalMetrics:
+    """Every key of evaluate's metrics.json (what runner.evaluate_run returns)."""
+
+    top1: float  # 0..1
+    top5: Optional[float]  # 0..1; None with 5 classes or fewer
+    per_class: dict  # class name -> {"accuracy": 0..1 or None when unseen, "samples"}
+    confusion: dict  # {"labels", "matrix"}: rows the true class, columns the predicted one
+    loss: float  # per-sample mean cross-entropy
+    loss_batch_mean: float  # mean of batch means, as training's val_loss
+    samples: int
+    num_classes: int
+    checkpoint: str
+    run: str
+    data: str
+    data_overrides: dict
+    amp_level_used: str
+    device_target: str
+    train_val_accuracy: Optional[float]  # the run's own val_accuracy, for comparison
+    versions: dict
+    plot: Optional[str] = None  # confusion.png
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def run_network(net, dataset):
@@ -44,11 +74,9 @@ def run_network(net, dataset):
     metric, which averages batch means: with a partial last batch that is not the per-sample mean, so
     both are returned (the second reproduces val_loss).
     """
-    from mindspore import nn
+    from runner.amp.precision import eval_cell
 
-    from runner.amp import loss_fn
-
-    cell = nn.WithEvalCell(net, loss_fn())
+    cell = eval_cell(net)
     cell.set_train(False)
     logits, labels, losses = [], [], []
     for images, y in dataset.create_tuple_iterator(num_epochs=1):
@@ -63,76 +91,44 @@ def run_network(net, dataset):
     return logits, labels, float(np.dot(losses, sizes) / len(labels)), float(np.mean(losses))
 
 
-def scores(logits: np.ndarray, labels: np.ndarray, names: list) -> dict:
-    """Top-1, top-5 (more than 5 classes only), per-class accuracy and the confusion matrix."""
-    k = logits.shape[1]
-    pred = logits.argmax(axis=1)  # first maximum on ties, as nn.Accuracy
-    confusion = np.zeros((k, k), dtype=np.int64)
-    np.add.at(confusion, (labels, pred), 1)
-    top5 = None
-    if k > 5:
-        best5 = np.argsort(-logits, axis=1, kind="stable")[:, :5]
-        top5 = float(np.mean((best5 == labels[:, None]).any(axis=1)))
-    per_class = {}
-    for c, name in enumerate(names):
-        n = int(confusion[c].sum())
-        per_class[name] = {"accuracy": float(confusion[c, c] / n) if n else None, "samples": n}
-    return {
-        "top1": float(np.mean(pred == labels)),
-        "top5": top5,
-        "per_class": per_class,
-        # rows: true class, columns: predicted class, both in `labels` order
-        "confusion": {"labels": list(names), "matrix": confusion.tolist()},
-    }
+def _cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-sample cross-entropy of FP32 logits (label smoothing aside, training's loss)."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    return np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(labels)), labels]
 
 
-def confusion_plot(confusion: dict, path: str, title: str) -> str:
-    """The confusion matrix as a heat map, counts written in the cells while they stay legible."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m = np.asarray(confusion["matrix"])
-    names = confusion["labels"]
-    k = len(names)
-    size = min(12, 2.5 + 0.45 * k)
-    fig, ax = plt.subplots(figsize=(size, size))
-    share = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
-    ax.imshow(share, cmap="Blues", vmin=0, vmax=1)  # colour: share of the true class
-    if k <= 25:
-        for i in range(k):
-            for j in range(k):
-                if m[i, j]:
-                    colour = "white" if share[i, j] > 0.5 else "black"
-                    ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=8, color=colour)
-        ax.set_xticks(range(k), names, rotation=90 if max(map(len, names)) > 3 else 0, fontsize=8)
-        ax.set_yticks(range(k), names, fontsize=8)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def evaluate(app) -> dict:
-    """Evaluate a checkpoint of app.run on its validation data; write and return the metrics."""
+def evaluate(app, out_dir: str) -> EvalMetrics:
+    """Evaluate a checkpoint of app.run on its validation data; write the metrics into out_dir and return them."""
+    from runner.report.accuracy import scores
     from runner.report.outputs import versions
-    from runner.rundir import saved_run as lifecycle
+    from runner.report.plots import confusion_plot
+    from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
+    from runner.rundir.layout import RunDir
 
-    out_dir = HydraConfig.get().runtime.output_dir
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    saved = lifecycle.open_run(app.run, app.ckpt, lifecycle.load_config(app.run, app.data), app.batch_size)
+    if str(app.classes) not in ("strict", "by_name"):
+        raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
+    recorded = saved_run.recorded_classes(app.run)
+    saved = saved_run.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
-    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    mapping = saved_run.match_classes(
+        recorded,
+        data,
+        f"The data evaluate read ({cfg.data.name} at {cfg.data.get('root')})",
+        by_name=app.classes == "by_name",
+        hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
+        "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
+    )
+    net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
-    names = lifecycle.class_names(data, logits.shape[1])
+    if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
+        labels = mapping[labels]
+        loss = batch_mean = float(np.mean(_cross_entropy(logits, labels)))
+    names = saved_run.class_names(data, logits.shape[1], recorded)
     result = scores(logits, labels, names)
-    trained = os.path.join(app.run, "metrics.json")
+    trained = RunDir(app.run).metrics
     train_acc = None
     if os.path.isfile(trained):
         import json
@@ -140,27 +136,27 @@ def evaluate(app) -> dict:
         with open(trained) as f:
             train_acc = json.load(f).get("val_accuracy")
     overrides = {k: v for k, v in OmegaConf.to_container(app.data, enum_to_str=True).items() if v is not None}
-    metrics = {
+    metrics = EvalMetrics(
         **result,
-        "loss": loss,  # per-sample mean
-        "loss_batch_mean": batch_mean,  # mean of batch means, as training's val_loss
-        "samples": int(len(labels)),
-        "num_classes": int(logits.shape[1]),
-        "checkpoint": ckpt["path"],
-        "run": os.path.abspath(app.run),
-        "data": str(cfg.data.name),
-        "data_overrides": overrides,
-        "amp_level_used": level,
-        "device_target": target,
-        "train_val_accuracy": train_acc,  # the run's own val_accuracy, for comparison
-        "versions": versions(),
-    }
-    title = f"{cfg.model.name} on {metrics['data']} val: top-1 {result['top1']:.4f} ({os.path.basename(ckpt['path'])})"
-    metrics["plot"] = confusion_plot(result["confusion"], os.path.join(out_dir, "confusion.png"), title)
-    write_json(os.path.join(out_dir, "metrics.json"), metrics)
+        loss=loss,
+        loss_batch_mean=batch_mean,
+        samples=int(len(labels)),
+        num_classes=int(logits.shape[1]),
+        checkpoint=ckpt["path"],
+        run=os.path.abspath(app.run),
+        data=str(cfg.data.name),
+        data_overrides=overrides,
+        amp_level_used=level,
+        device_target=target,
+        train_val_accuracy=train_acc,
+        versions=versions(),
+    )
+    title = f"{cfg.model.name} on {metrics.data} val: top-1 {result['top1']:.4f} ({os.path.basename(ckpt['path'])})"
+    metrics.plot = confusion_plot(result["confusion"], os.path.join(out_dir, "confusion.png"), title)
+    write_json(RunDir(out_dir).metrics, metrics.to_dict())
     top5 = f" | top5 {result['top5']:.4f}" if result["top5"] is not None else ""
     print(
-        f"top1 {result['top1']:.4f}{top5} | loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
+        f"top1 {result['top1']:.4f}{top5} | val_loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
         f"{os.path.basename(ckpt['path'])} {level} on {target} | outputs: {out_dir}",
         flush=True,
     )
@@ -170,7 +166,7 @@ def evaluate(app) -> dict:
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="evaluate")
 def main(app) -> float:
     with reported_errors():
-        return evaluate(app)["top1"]
+        return evaluate(app, HydraConfig.get().runtime.output_dir).top1
 
 
 cli = entry_point(main, lambda argv: check_run_argument(argv, "evaluate"), before_run=own_new_dir("evaluate"))

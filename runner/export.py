@@ -176,10 +176,10 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
     }
 
 
-def export(app) -> dict:
+def export(app, out_dir: str) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
     from runner.report.outputs import versions
-    from runner.rundir import saved_run as lifecycle
+    from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
 
     fmt = str(app.format)
@@ -188,12 +188,11 @@ def export(app) -> dict:
         raise ConfigError(
             f"batch_size and parity_samples must be positive, got {app.batch_size} and {app.parity_samples}."
         )
-    out_dir = HydraConfig.get().runtime.output_dir
-    cfg = lifecycle.load_config(app.run, app.data)
+    cfg = saved_run.load_config(app.run, app.data)
     # The file holds MindSpore's own Conv2D whatever model.conv trained: onednn's AOT operator is a path to
     # a library on this machine and gemm's im2col matrices are large constants. Parameters are the same.
     cfg.model.conv = "native"
-    saved = lifecycle.open_run(app.run, app.ckpt, cfg)
+    saved = saved_run.open_run(app.run, app.ckpt, cfg)
     target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
     import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded
 
@@ -233,14 +232,19 @@ def export(app) -> dict:
         "run": os.path.abspath(app.run),
         "device_target": target,
         "input": {"name": "images", "layout": "NCHW", "dtype": "float32"},
-        "output": {"name": "logits", "classes": lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))},
+        "output": {
+            "name": "logits",
+            "classes": saved_run.class_names(
+                data, saved_run.num_outputs(cfg, data, app.run), saved_run.recorded_classes(app.run)
+            ),
+        },
         # What a deployment must do to an image before the network sees it (the run's preprocessing).
         "preprocessing": {
             "channels": data.channels,
             "scale": "pixel / 255",
             "mean": list(cfg.data.mean),
             "std": list(cfg.data.std),
-            "padding": lifecycle.padding_record(cfg.padding),
+            "padding": saved_run.padding_record(cfg.padding),
         },
         "versions": {**versions(), **_format_versions(fmt)},
     }
@@ -270,7 +274,7 @@ def _format_versions(fmt: str) -> dict:
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="export")
 def main(app) -> None:
     with reported_errors():
-        export(app)
+        export(app, HydraConfig.get().runtime.output_dir)
 
 
 cli = entry_point(main, lambda argv: check_run_argument(argv, "export"), before_run=own_new_dir("export"))

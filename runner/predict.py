@@ -8,7 +8,7 @@ import csv
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple
 
 import hydra
 import numpy as np
@@ -38,21 +38,52 @@ class PredictConfig:
 ConfigStore.instance().store(name="predict_schema", node=PredictConfig)
 
 
-def find_images(path: str) -> list:
-    """The image files `input=` names: the file itself, or every image file below a folder, sorted."""
+def shown(path: str) -> str:
+    """A path as text that can be written anywhere: bytes of a file name that are not UTF-8 (Python keeps
+    them as surrogates, which no UTF-8 file takes) become \\xNN escapes, as a shell shows them."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _not_regular(path: str) -> Optional[str]:
+    """Why path cannot be read as an image file (a FIFO would block the reader forever), or None."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode  # follows symbolic links: a link to a regular file is read
+    except OSError as e:
+        return f"cannot be opened ({e.strerror})" if not os.path.islink(path) else "a symbolic link to nowhere"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+    return f"not a regular file ({kind})"
+
+
+def find_images(path: str) -> Tuple[list, list]:
+    """(image files `input=` names, [(path, reason)] of names that are no readable file): the file itself,
+    or every file with an image extension below a folder, sorted. Only regular files are kept."""
     from runner.datasets.sources import IMAGE_EXTENSIONS
 
-    if os.path.isfile(path):
-        return [path]
     if not os.path.isdir(path):
-        raise InputError(f"input={path}: no such file or folder.")
-    found = []
+        if not os.path.lexists(path):
+            raise InputError(f"input={shown(path)}: no such file or folder.")
+        why = _not_regular(path)
+        if why:
+            raise InputError(f"input={shown(path)}: {why}; name an image file or a folder of them.")
+        return [path], []
+    found, odd = [], []
     for folder, dirs, files in os.walk(path):
         dirs.sort()
-        found += [os.path.join(folder, f) for f in sorted(files) if os.path.splitext(f)[1] in IMAGE_EXTENSIONS]
+        for name in sorted(files):
+            if os.path.splitext(name)[1] in IMAGE_EXTENSIONS:
+                full = os.path.join(folder, name)
+                why = _not_regular(full)
+                (odd.append((full, why)) if why else found.append(full))
     if not found:
-        raise InputError(f"input={path} holds no image files ({', '.join(IMAGE_EXTENSIONS[::2])}), also in subfolders.")
-    return found
+        raise InputError(
+            f"input={shown(path)} holds no image files ({', '.join(IMAGE_EXTENSIONS[::2])}), also in subfolders"
+            + (f"; not regular files: {', '.join(shown(p) for p, _ in odd[:3])}." if odd else ".")
+        )
+    return found, odd
 
 
 # What MindSpore's Decode reads (PIL's format names; MPO is a camera JPEG). Other data under an image
@@ -62,9 +93,13 @@ DECODABLE = ("JPEG", "MPO", "PNG", "BMP", "TIFF")
 
 def probe(paths: list, advance=lambda: None):
     """(readable paths, their (height, width), [(unreadable path, reason)]): each file fully decoded by PIL,
-    since a header alone misses truncated files (the check data=imagefolder makes)."""
+    since a header alone misses truncated files (the check data=imagefolder makes), then by MindSpore's own
+    Decode, which the pipeline uses and which refuses some files PIL reads (a float32 TIFF): a file that
+    fails there would end the whole pipeline, so it is skipped here."""
+    from mindspore.dataset.vision import Decode
     from PIL import Image
 
+    decode = Decode()
     good, sizes, bad = [], [], []
     for p in paths:
         advance()
@@ -74,8 +109,14 @@ def probe(paths: list, advance=lambda: None):
                 if im.format not in DECODABLE:
                     bad.append((p, f"{im.format} data, which MindSpore's Decode does not read"))
                     continue
-                sizes.append((im.height, im.width))
-                good.append(p)
+                kind = f"{im.format} {im.mode}"
+            image = decode(np.fromfile(p, dtype=np.uint8))
+            sizes.append(tuple(image.shape[:2]))
+            good.append(p)
+        except Image.DecompressionBombError as e:  # over PIL's pixel limit: PIL refuses to decode it
+            bad.append((p, str(e).splitlines()[0]))
+        except RuntimeError:  # MindSpore's Decode (its message is a multi-line pipeline report)
+            bad.append((p, f"MindSpore's Decode cannot read this {kind} image"))
         except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for corrupt, truncated or unknown data
             bad.append((p, str(e).splitlines()[0] if str(e) else type(e).__name__))
     return good, sizes, bad
@@ -87,22 +128,21 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def predict(app) -> dict:
-    """Classify app.input with a checkpoint of app.run; write predictions.csv; return a summary."""
+def predict(app, out_dir: str) -> dict:
+    """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir; return a summary."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from runner.rundir import saved_run as lifecycle
+    from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
 
-    out_dir = HydraConfig.get().runtime.output_dir
     if app.topk < 1:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    cfg = lifecycle.load_config(app.run, app.data)
-    lifecycle.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
-    paths = find_images(app.input)  # before anything heavy: a wrong input= fails at once
+    cfg = saved_run.load_config(app.run, app.data)
+    saved_run.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
+    paths, odd = find_images(app.input)  # before anything heavy: a wrong input= fails at once
     batch_size = app.batch_size or cfg.batch_size
     console = Console(stderr=True)
     # On a terminal, for more than two batches' worth of files: a bar for reading them, one for predicting.
@@ -111,15 +151,25 @@ def predict(app) -> dict:
     with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
         task = bar.add_task("check ", total=len(paths))
         good, sizes, bad = probe(paths, lambda: bar.advance(task))
+    bad = sorted(odd + bad)
     for p, reason in bad:
-        log.warning("skipped %s: not a readable image (%s)", p, reason)
+        log.warning("skipped %s: not a readable image (%s)", shown(p), reason)
     if not good:
-        names = ", ".join(f"{p} ({r})" for p, r in bad[:3])
-        raise InputError(f"No readable image in input={app.input}: {names}{' ...' if len(bad) > 3 else ''}.")
-    saved = lifecycle.open_run(app.run, app.ckpt, cfg, batch_size)
+        names = ", ".join(f"{shown(p)} ({r})" for p, r in bad[:3])
+        raise InputError(f"No readable image in input={shown(app.input)}: {names}{' ...' if len(bad) > 3 else ''}.")
+    saved = saved_run.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
-    net, level = lifecycle.inference_net(saved.net, cfg, app.amp, target, out_dir)
-    names = lifecycle.class_names(data, lifecycle.num_outputs(cfg, data))
+    net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    recorded = saved_run.recorded_classes(app.run)
+    names = saved_run.class_names(data, saved_run.num_outputs(cfg, data, app.run), recorded)
+    current = [str(n) for n in (getattr(data, "class_names", None) or [])]
+    if recorded and current and current != recorded:
+        log.warning(
+            "the run's training data now names its classes %s, the run trained on %s (classes.json): the labels "
+            "are the run's, which its network's outputs stand for",
+            current[:6],
+            recorded[:6],
+        )
     k = min(app.topk, len(names))
 
     from runner.datasets import build_inputs
@@ -138,15 +188,15 @@ def predict(app) -> dict:
             bar.advance(task, len(i))
 
     csv_path = os.path.join(out_dir, "predictions.csv")
-    with open(csv_path, "w", newline="") as f:
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["path"] + [c for j in range(1, k + 1) for c in (f"label_{j}", f"prob_{j}")])
         for p, idx, pr in zip(good, top_idx, top_p):
-            w.writerow([p] + [c for j in range(k) for c in (names[idx[j]], f"{pr[j]:.6f}")])
+            w.writerow([shown(p)] + [c for j in range(k) for c in (names[idx[j]], f"{pr[j]:.6f}")])
     summary = {
         "predictions": csv_path,
         "images": len(good),
-        "skipped": [{"path": p, "reason": r} for p, r in bad],
+        "skipped": [{"path": shown(p), "reason": r} for p, r in bad],
         "topk": k,
         "checkpoint": ckpt["path"],
         "run": os.path.abspath(app.run),
@@ -173,7 +223,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
     table.add_column(f"top-{top_idx.shape[1]}")
     for p, idx, pr in list(zip(paths, top_idx, top_p))[: max(0, app.show)]:
         rest = " ".join(f"{names[i]}:{q:.2f}" for i, q in zip(idx, pr))
-        table.add_row(os.path.relpath(p, base), names[idx[0]], f"{pr[0]:.3f}", rest)
+        table.add_row(shown(os.path.relpath(p, base)), names[idx[0]], f"{pr[0]:.3f}", rest)
     if app.show > 0:
         Console(width=max(100, console.width)).print(table)  # stdout, never wrapped into a mess in a pipe
     if len(paths) > app.show > 0:
@@ -183,7 +233,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
 def main(app) -> None:
     with reported_errors():
-        predict(app)
+        predict(app, HydraConfig.get().runtime.output_dir)
 
 
 cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"), before_run=own_new_dir("predict"))

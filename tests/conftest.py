@@ -1,9 +1,12 @@
 """Shared helpers: run the real CLI in a subprocess and read what it left behind."""
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,144 @@ def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=No
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
+
+
+class CliResult:
+    """What a command left: its exit status and everything it printed (the shape of subprocess.run's result)."""
+
+    def __init__(self, args, returncode, stdout, stderr):
+        self.args, self.returncode, self.stdout, self.stderr = args, returncode, stdout, stderr
+
+
+@contextlib.contextmanager
+def _captured_fds():
+    """stdout and stderr of this process, file descriptors included (a sweep's job processes inherit
+    them), written to two temporary files: yields a function that reads them back."""
+    files = [tempfile.TemporaryFile(mode="w+b") for _ in range(2)]
+    streams = (sys.stdout, sys.stderr)
+    for s in streams:
+        s.flush()
+    saved = [os.dup(1), os.dup(2)]
+    wrappers = []
+    try:
+        for fd, f in zip((1, 2), files):
+            os.dup2(f.fileno(), fd)
+        wrappers = [open(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") for fd in (1, 2)]
+        sys.stdout, sys.stderr = wrappers
+
+        def read():
+            for w in wrappers:
+                w.flush()
+            return [(f.seek(0), f.read().decode("utf-8", "replace"))[1] for f in files]
+
+        yield read
+    finally:
+        for w in wrappers:
+            w.flush()
+            w.close()
+        sys.stdout, sys.stderr = streams
+        for fd, old in zip((1, 2), saved):
+            os.dup2(old, fd)
+            os.close(old)
+        for f in files:
+            f.close()
+
+
+@contextlib.contextmanager
+def _process_state_restored():
+    """Undo what a command changes in the process it runs in: argv, environment, working directory,
+    the SIGINT handler, logging (Hydra configures it for each run), Hydra's singletons, the flags
+    the CLI keeps for one process (Ctrl-C seen, failed sweep jobs) and the run directories it locked."""
+    import logging
+    import signal
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    import runner.cli.app as app
+    import runner.report.sweep as sweep
+    import runner.rundir.lock as lock
+    from hydra_plugins.runner_launcher import isolated_launcher
+
+    argv, environ, cwd = list(sys.argv), dict(os.environ), os.getcwd()
+    sigint = signal.getsignal(signal.SIGINT)
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    saved_logging = [(lg, list(lg.handlers), lg.level, lg.disabled, lg.propagate) for lg in loggers]
+    raise_exceptions, disable = logging.raiseExceptions, logging.root.manager.disable
+    interrupted = dict(isolated_launcher._interrupted)
+    locks = dict(lock._held)
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        signal.signal(signal.SIGINT, sigint)
+        for lg in [logging.getLogger()] + [
+            lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+        ]:
+            for h in lg.handlers:
+                if not any(h in kept for _, kept, *_ in saved_logging):
+                    h.close()
+            lg.handlers = []
+        for lg, handlers, level, disabled, propagate in saved_logging:
+            lg.handlers, lg.level, lg.disabled, lg.propagate = handlers, level, disabled, propagate
+        logging.raiseExceptions, logging.root.manager.disable = raise_exceptions, disable
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None
+        app._interrupted = False
+        sweep._failed.clear()
+        isolated_launcher._interrupted.clear()
+        isolated_launcher._interrupted.update(interrupted)
+        for run_dir in set(lock._held) - set(locks):  # the kernel releases them when a process exits
+            lock._held.pop(run_dir).close()
+
+
+def cli_in_process(*argv, env=None, cwd=REPO, app="runner.__main__:train"):
+    """A console script's function (`runner-train` by default) called with argv in this process, as
+    the command line would call it: preflight, Hydra, the task, its exit status and output. Much cheaper
+    than run_cli for what stops before training (a dry run, a refused config). Like run_cli, the
+    command sees ONEDNN_MAX_CPU_ISA only when env sets it."""
+    import importlib
+
+    module, name = app.split(":")
+    entry = getattr(importlib.import_module(module), name)
+    argv = [str(a) for a in argv]
+    with _process_state_restored(), _captured_fds() as read:
+        os.environ.pop("ONEDNN_MAX_CPU_ISA", None)
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        sys.argv = [module, *argv]
+        try:
+            entry()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:  # what the interpreter would print before exiting 1
+            traceback.print_exc()
+            code = 1
+        out, err = read()
+    return CliResult([module, *argv], code, out, err)
+
+
+def run_in_process(run_dir, *overrides, multirun=False, check=True, env=None):
+    """run_cli's twin through cli_in_process: `python -m runner` without a new interpreter."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    where = [f"{key}={run_dir}"] if run_dir is not None else []
+    proc = cli_in_process(*(["-m"] if multirun else []), *where, *overrides, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(proc.args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
+    return proc
+
+
+def dry_run(run_dir, *overrides, multirun=False, env=None):
+    """`python -m runner <overrides> dry_run=true` in this process (cli_in_process), outputs under run_dir."""
+    return run_in_process(run_dir, *overrides, "dry_run=true", multirun=multirun, check=False, env=env)
 
 
 def start_cli(run_dir, *overrides):

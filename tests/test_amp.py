@@ -76,6 +76,33 @@ def test_keep_fp32_keeps_the_island_and_its_inputs_fp32(level):
     assert dtypes == {"stem": "Float32", "layer1": "Float16"}
 
 
+@pytest.mark.cpu_only
+def test_o1_writes_its_rewritten_source_into_the_run_dir_and_leaves_the_process_as_it_was(tmp_path, monkeypatch):
+    import sys
+
+    import mindspore as ms
+
+    from runner.amp import build_loss_net
+    from runner.models.resnet import resnet
+
+    cwd = tmp_path / "user_cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = list(sys.path)
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    ms.set_seed(0)
+    net = resnet("cifar", 8, 4, 10, 1, 8)
+    _, loss_net = build_loss_net(net, "O1", [], str(run_dir))
+    assert os.getcwd() == str(cwd) and sys.path == path
+    assert list(cwd.iterdir()) == []  # nothing written into the user's directory
+    assert any((run_dir / "rewritten_network").glob("*.py"))
+    x = ms.Tensor(np.random.RandomState(0).uniform(-1, 1, (4, 1, 8, 8)).astype(np.float32))
+    loss = float(loss_net(x, ms.Tensor(np.arange(4, dtype=np.int32))).asnumpy())
+    assert math.isfinite(loss) and loss == pytest.approx(math.log(10), rel=0.5)
+
+
 def test_keep_fp32_patterns_and_typos():
     from runner.amp.fp32_islands import match_cells
     from runner.errors import ConfigError

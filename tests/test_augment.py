@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
 from omegaconf import OmegaConf
 
 from runner.config.checks import validate
@@ -157,7 +157,7 @@ def test_conflicts_and_bad_values_are_refused(overrides, message):
 
 
 def test_refusal_is_one_paragraph_on_the_cli(tmp_path):
-    proc = run_cli(tmp_path, *TINY, "augment=basic", "augment.hflip=true", check=False)
+    proc = run_in_process(tmp_path, *TINY, "augment=basic", "augment.hflip=true", check=False)
     text = " ".join(proc.stderr.split())  # the CLI wraps its paragraph
     assert proc.returncode == 2 and "data=digits is declared not mirrorable" in text and "Traceback" not in text
 
@@ -313,13 +313,31 @@ def test_label_smoothing_and_soft_labels_keep_the_loss_finite_and_exact():
         assert hard == pytest.approx(float(-(((np.eye(3)[[1, 2]]) * (1 - eps) + eps / 3) * log_p).sum(1).mean()))
 
 
-def test_per_class_accuracy_counts_each_class():
-    from runner.report.accuracy import PerClassAccuracy
+def test_scores_count_each_class():
+    from runner.report.accuracy import Scores
 
-    metric = PerClassAccuracy(4)
+    metric = Scores(4)
     logits = np.eye(4, dtype=np.float32)[[0, 1, 1, 3, 0]]
     metric.update(logits, np.array([0, 1, 2, 3, 3]))
-    assert metric.eval() == [1.0, 1.0, 0.0, 0.5]
+    result = metric.eval()
+    assert result["per_class"] == [1.0, 1.0, 0.0, 0.5] and result["top1"] == 0.6 and result["top5"] is None
+    assert result["confusion"][2] == [0, 1, 0, 0]  # the class-2 sample was called class 1
     metric.clear()
     metric.update(logits[:1], np.array([0]))
-    assert metric.eval() == [1.0, None, None, None]
+    assert metric.eval()["per_class"] == [1.0, None, None, None]
+
+
+def test_scores_agree_with_mindspores_accuracy_and_top5_over_several_batches():
+    from mindspore import nn
+
+    from runner.report.accuracy import Scores
+
+    rng = np.random.RandomState(0)
+    ours, top1, top5 = Scores(10), nn.Accuracy(), nn.TopKCategoricalAccuracy(5)
+    for n in (32, 32, 7):  # a partial last batch, as a validation set has
+        logits, labels = rng.randn(n, 10).astype(np.float32), rng.randint(0, 10, n)
+        for m in (ours, top1, top5):
+            m.update(logits, labels)
+    result = ours.eval()
+    assert result["top1"] == pytest.approx(top1.eval()) and result["top5"] == pytest.approx(top5.eval())
+    assert sum(map(sum, result["confusion"])) == 71

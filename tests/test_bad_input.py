@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import REPO, TINY, cli_in_process, dry_run, metrics, run_cli, run_in_process
 
 
 def clean_error(proc, *words, code=2):
@@ -39,7 +39,7 @@ def bad_folder(root, *kinds):
 @pytest.mark.parametrize("kind,words", [("dangling", ["symbolic link", "nowhere.png"]), ("bomb", ["pixels"])])
 def test_bad_image_file_is_named(tmp_path, kind, words):
     (victim,) = bad_folder(tmp_path / "data", kind)
-    proc = run_cli(tmp_path / "run", "data=imagefolder", f"data.root={tmp_path / 'data'}", *TINY, check=False)
+    proc = run_in_process(tmp_path / "run", "data=imagefolder", f"data.root={tmp_path / 'data'}", *TINY, check=False)
     clean_error(proc, victim, "data.on_bad_sample=skip", *words)
 
 
@@ -69,19 +69,18 @@ def test_skip_leaves_out_and_lists_dangling_links_and_oversized_images(tmp_path)
     ],
 )
 def test_bad_values_are_refused_before_anything_runs(tmp_path, overrides, words):
-    proc = run_cli(tmp_path, *overrides, "dry_run=true", check=False)
-    clean_error(proc, *words)
+    clean_error(dry_run(tmp_path, *overrides), *words)
 
 
 def test_unknown_isa_in_the_environment(tmp_path):
-    proc = run_cli(tmp_path, "dry_run=true", env={"ONEDNN_MAX_CPU_ISA": "garbage"}, check=False)
+    proc = dry_run(tmp_path, env={"ONEDNN_MAX_CPU_ISA": "garbage"})
     clean_error(proc, "ONEDNN_MAX_CPU_ISA='garbage'", "SSE41")
     # oneDNN reads the names in any case.
-    assert run_cli(tmp_path / "b", "dry_run=true", env={"ONEDNN_MAX_CPU_ISA": "avx2"}, check=False).returncode == 0
+    assert dry_run(tmp_path / "b", env={"ONEDNN_MAX_CPU_ISA": "avx2"}).returncode == 0
 
 
 def test_val_fraction_leaving_no_training_rows(tmp_path):
-    proc = run_cli(tmp_path, "data.val_fraction=0.9999", *TINY, check=False)
+    proc = run_in_process(tmp_path, "data.val_fraction=0.9999", *TINY, check=False)
     clean_error(proc, "data.val_fraction=0.9999 leaves no training samples", "1797")
 
 
@@ -99,26 +98,23 @@ def test_master_port_in_use_is_named_before_msrun_waits(tmp_path):
 def test_quoted_run_dir_under_dp(tmp_path):
     # Quotes (needed for spaces) are Hydra's syntax: the checks see the path Hydra will use, and no
     # directory named after a quote appears.
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "runner", "distributed=dp", "dry_run=true"]
-    proc = subprocess.run(
-        [*cmd, "hydra.run.dir='/proc/no such/run'"], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    args = ["distributed=dp", "dry_run=true"]
+    proc = cli_in_process(*args, "hydra.run.dir='/proc/no such/run'", cwd=tmp_path)
     clean_error(proc, "cannot write the run's outputs under '/proc/no such/run'")
     target = tmp_path / "with space" / "run"
-    proc = subprocess.run([*cmd, f"hydra.run.dir='{target}'"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = cli_in_process(*args, f"hydra.run.dir='{target}'", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert target.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["with space"]
 
 
 @pytest.mark.skipif(shutil.which("sbatch") is not None, reason="Slurm is installed here")
 def test_slurm_launcher_without_slurm(tmp_path):
-    proc = run_cli(tmp_path, "hydra/launcher=submitit_slurm", "dry_run=true", multirun=True, check=False)
+    proc = dry_run(tmp_path, "hydra/launcher=submitit_slurm", multirun=True)
     clean_error(proc, "hydra/launcher=submitit_slurm needs Slurm", "Slurm was not found")
 
 
 def test_unquoted_path_with_spaces_gets_a_hint(tmp_path):
-    proc = run_cli(tmp_path, "data=imagefolder", "data.root=/my", "images/set", "dry_run=true", check=False)
+    proc = dry_run(tmp_path, "data=imagefolder", "data.root=/my", "images/set")
     clean_error(proc, "'images/set'", "quote the whole override", "'data.root=/my images/set'")
 
 
@@ -192,3 +188,13 @@ def test_help_into_a_closed_pipe_exits_quietly():
     finally:
         os.close(write)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("group, use", [("model", "model=bad"), ("experiment", "+experiment=bad")])
+def test_a_yaml_syntax_error_in_a_config_dir_file(tmp_path, group, use):
+    (tmp_path / "extra" / group).mkdir(parents=True)
+    header = "# @package _global_\n" if group == "experiment" else ""
+    (tmp_path / "extra" / group / "bad.yaml").write_text(header + "name: resnet8\nwidth: [8\n")
+    proc = cli_in_process("--config-dir", tmp_path / "extra", use, "dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")
+    clean_error(proc, "bad.yaml", "line 3")
+    assert not (tmp_path / "run").exists()

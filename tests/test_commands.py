@@ -2,11 +2,14 @@
 every command, also where the command needs run=, and a closed pipe ends them quietly."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import REPO
 
 BIN = Path(sys.executable).parent
 SCRIPTS = ["runner-train", "runner-evaluate", "runner-predict", "runner-export"]
@@ -66,4 +69,69 @@ def test_a_closed_pipe_ends_printing_quietly(tmp_path):
 def test_the_run_argument_is_still_required_for_running(tmp_path):
     proc = script("runner-evaluate", cwd=tmp_path)
     assert proc.returncode == 2 and "evaluate needs the run to use" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_configs_ls_lists_every_group_a_user_selects(capsys):
+    from runner.configs import main
+
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ")}
+    assert lines["optim"] == ["adam", "adamw", "lion", "momentum", "sgd"]
+    assert lines["experiment"][:2] == ["ladder", "quick"] and "(+experiment=<option>)" in out
+    assert "hydra/sweeper" in lines and "ladder" not in lines  # the ladder's rungs are internal
+
+
+def test_configs_cp_copies_an_experiment_that_the_runner_then_uses(tmp_path, monkeypatch, capsys):
+    from runner.configs import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["cp", "experiment/quick"]) == 0
+    out = capsys.readouterr().out
+    copy = tmp_path / "conf" / "experiment" / "my_quick.yaml"
+    assert copy.read_text().startswith("# @package _global_")  # the line a user experiment needs
+    assert "runner-train --config-dir conf +experiment=my_quick" in out
+    copy.write_text(copy.read_text().replace("epochs: 2", "epochs: 7"))
+    # The command line the copy prints, as a user runs it.
+    proc = script("runner-train", "--config-dir", "conf", "+experiment=my_quick", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0 and "\nepochs: 7\n" in proc.stdout, proc.stderr
+    # Never over an existing file, and never under a built-in's name (Hydra would use the built-in).
+    assert main(["cp", "experiment/quick"]) == 2
+    assert main(["cp", "optim/sgd", "conf/optim/sgd.yaml"]) == 2
+    assert "would be hidden by the built-in optim/sgd" in capsys.readouterr().err
+    assert main(["cp", "optim/nope"]) == 2 and "its options are adam, adamw" in " ".join(
+        capsys.readouterr().err.split()
+    )
+
+
+def readme_files(tmp_path) -> None:
+    """Write the README's example config files (```yaml blocks that start `# file: <path>`) under tmp_path."""
+    text = (REPO / "README.md").read_text()
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+        first, _, body = block.partition("\n")
+        if first.startswith("# file: "):
+            path = tmp_path / first[len("# file: ") :]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
+
+
+def test_readme_user_experiment_and_option_compose_as_written(tmp_path):
+    readme_files(tmp_path)
+    assert (tmp_path / "conf/experiment/wide.yaml").exists() and (tmp_path / "conf/optim/slow_sgd.yaml").exists()
+    proc = script("runner-train", "--config-dir", "conf", "+experiment=wide", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job = yaml.safe_load(proc.stdout)
+    assert (job["model"]["name"], job["optim"]["name"], job["optim"]["lr"], job["optim"]["nesterov"]) == (
+        "resnet20",
+        "sgd",
+        0.01,
+        True,
+    )
+    assert (job["epochs"], job["batch_size"], job["experiment_name"]) == (3, 64, "wide")
+    # Without `# @package _global_` the keys land under `experiment:`: the pre-flight says what the file lacks.
+    bare = tmp_path / "conf/experiment/bare.yaml"
+    bare.write_text("epochs: 3\n")
+    proc = script("runner-train", "--config-dir", "conf", "+experiment=bare", "dry_run=true", cwd=tmp_path)
+    assert proc.returncode == 2 and "starts with the line `# @package _global_`" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr

@@ -8,7 +8,7 @@ import os
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import metrics, outputs_of, run_cli, run_module
+from conftest import metrics, outputs_of, run_cli, run_in_process, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import conv as C
@@ -79,7 +79,7 @@ def test_each_path_matches_nn_conv2d_forward_and_backward(pynative, shape, path)
     cin, cout, k, s, p, size = shape
     rng = np.random.default_rng(0)
     ref = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
-    alt = C.Conv2d(cin, cout, k, s, p, path, size)
+    alt = C.PathConv2d(cin, cout, k, s, p, path, size)
     alt.weight.set_data(ref.weight.data)
     out = C.conv_output_size(size, k, s, p)
     x = Tensor(rng.standard_normal((2, cin, size, size), dtype=np.float32))
@@ -92,8 +92,8 @@ def test_each_path_matches_nn_conv2d_forward_and_backward(pynative, shape, path)
 @needs_compiler
 def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
     rng = np.random.default_rng(1)
-    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
-    dnn = C.Conv2d(4, 6, 3, 2, 1, "onednn", 6)
+    ref = C.PathConv2d(4, 6, 3, 2, 1, "native", 6)
+    dnn = C.PathConv2d(4, 6, 3, 2, 1, "onednn", 6)
     dnn.weight.set_data(ref.weight.data)
     for size in (6, 9):  # planned for 6; oneDNN primitives are made per input shape, so 9 runs it too
         out = C.conv_output_size(size, 3, 2, 1)
@@ -141,6 +141,20 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
 
 
 @needs_compiler
+def test_onednn_with_a_cache_home_that_is_a_file_builds_in_a_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    from runner.models import onednn
+
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    built = onednn.library()
+    assert built.startswith(str(tmp_path / "tmp")) and onednn._loads(built)
+
+
+@needs_compiler
 def test_onednn_build_ignores_compiler_search_variables_and_keys_on_the_compiler(tmp_path, monkeypatch):
     # CPATH and its kin would compile a header of their choosing into a library every later run loads.
     from pathlib import Path
@@ -171,8 +185,8 @@ def test_onednn_build_ignores_compiler_search_variables_and_keys_on_the_compiler
 
 def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
     rng = np.random.default_rng(1)
-    ref = C.Conv2d(4, 6, 3, 1, 1, "native", 4)
-    gemm = C.Conv2d(4, 6, 3, 1, 1, "gemm", 4)
+    ref = C.PathConv2d(4, 6, 3, 1, 1, "native", 4)
+    gemm = C.PathConv2d(4, 6, 3, 1, 1, "gemm", 4)
     gemm.weight.set_data(ref.weight.data)
     for size in (4, 6):  # 6: built for 4, so this graph runs the native convolution instead
         x = Tensor(rng.standard_normal((3, 4, size, size), dtype=np.float32))
@@ -183,8 +197,8 @@ def test_gemm_matches_in_graph_mode_and_on_an_unplanned_size(graph):
 
 def test_gemm_runs_in_float16_as_amp_o2_casts_it(graph):
     rng = np.random.default_rng(3)
-    ref = C.Conv2d(4, 6, 3, 2, 1, "native", 6)
-    gemm = C.Conv2d(4, 6, 3, 2, 1, "gemm", 6)
+    ref = C.PathConv2d(4, 6, 3, 2, 1, "native", 6)
+    gemm = C.PathConv2d(4, 6, 3, 2, 1, "gemm", 6)
     gemm.weight.set_data(ref.weight.data)
     x = Tensor(rng.standard_normal((2, 4, 6, 6), dtype=np.float32))
     want = ref(x).asnumpy()
@@ -199,7 +213,7 @@ def test_checkpoint_saved_under_one_choice_loads_under_another(pynative, tmp_pat
     build = dict(style="cifar", depth=8, width=4, num_classes=3, in_channels=1, image_size=8)
     native, alt = resnet(**build, conv="native"), resnet(**build, conv=other)
     assert [p.name for p in native.get_parameters()] == [p.name for p in alt.get_parameters()]
-    assert {c.path for _, c in alt.cells_and_names() if isinstance(c, C.Conv2d)} == {other}
+    assert {c.path for _, c in alt.cells_and_names() if isinstance(c, C.PathConv2d)} == {other}
     path = str(tmp_path / "native.ckpt")
     ms.save_checkpoint(native, path)
     not_loaded, _ = ms.load_param_into_net(alt, ms.load_checkpoint(path), strict_load=True)
@@ -252,7 +266,7 @@ def test_the_default_run_says_which_path_each_convolution_took(tiny_run):
 
 
 def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
-    bad = run_cli(tmp_path / "b", *tiny, "model.conv=fast", check=False)
+    bad = run_in_process(tmp_path / "b", *tiny, "model.conv=fast", check=False)
     assert bad.returncode != 0 and "fast" in bad.stderr + bad.stdout
 
 
@@ -327,6 +341,8 @@ def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
 
 
 def test_onednn_without_a_compiler_fails_before_anything_runs(tmp_path, tiny):
-    proc = run_cli(tmp_path, *tiny, "model.conv=onednn", "dry_run=true", check=False, env={"CXX": "/no/such/g++"})
+    proc = run_in_process(
+        tmp_path, *tiny, "model.conv=onednn", "dry_run=true", check=False, env={"CXX": "/no/such/g++"}
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no C++ compiler (CXX=/no/such/g++)" in " ".join(proc.stderr.split())

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import TINY, metrics, run_cli
+from conftest import TINY, metrics, run_cli, run_in_process
 
 ARGS = [o for o in TINY if not o.startswith("epochs=")] + ["epochs=2"]
 
@@ -33,12 +33,12 @@ def test_two_workers_agree_and_match_single_process(tmp_path):
 
 
 def test_global_batch_must_divide_over_workers(tmp_path):
-    proc = run_cli(tmp_path, "distributed=dp", "distributed.workers=3", *TINY, check=False)
+    proc = run_in_process(tmp_path, "distributed=dp", "distributed.workers=3", *TINY, check=False)
     assert proc.returncode == 2 and "batch_size=32" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_several_nodes_need_a_fixed_port(tmp_path):
-    proc = run_cli(
+    proc = run_in_process(
         tmp_path, "distributed=dp", "distributed.workers=4", "distributed.local_workers=2", *TINY, check=False
     )
     assert proc.returncode == 2 and "master_port" in proc.stderr

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, cli_in_process
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -46,7 +46,7 @@ def cli(*args, timeout=120):
     ],
 )
 def test_bad_config_is_one_clear_error(args, culprit):
-    proc = cli(*args, "dry_run=true")
+    proc = cli_in_process(*args, "dry_run=true")
     assert proc.returncode != 0, proc.stdout
     assert culprit in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -60,7 +60,7 @@ def test_unavailable_device_is_a_clear_error():
 
 
 def test_missing_data_root_is_a_clear_error(tmp_path):
-    proc = cli("data=imagefolder", f"data.root={tmp_path / 'missing'}", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = cli_in_process("data=imagefolder", f"data.root={tmp_path / 'missing'}", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2
     assert str(tmp_path / "missing") in proc.stderr and "Traceback" not in proc.stderr
 
@@ -135,7 +135,7 @@ def test_out_of_memory_names_batch_size(tmp_path):
 
 
 def test_unwritable_output_dir_is_a_clear_error():
-    proc = cli("hydra.run.dir=/proc/runner-outputs", "dry_run=true")
+    proc = cli_in_process("hydra.run.dir=/proc/runner-outputs", "dry_run=true")
     assert proc.returncode == 2
     assert "/proc/runner-outputs" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -158,7 +158,7 @@ def test_runs_started_together_get_their_own_directories(tmp_path):
 
 
 def test_labels_outside_model_classes(tmp_path):
-    proc = cli("model.num_classes=5", "epochs=1", f"hydra.run.dir={tmp_path}")
+    proc = cli_in_process("model.num_classes=5", "epochs=1", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2
     assert "model.num_classes=5" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -196,20 +196,20 @@ def test_disk_full_keeps_what_was_written(tmp_path, tiny):
         subprocess.run(["umount", str(mnt)])
 
 
-def test_resume_from_corrupt_or_foreign_checkpoint(tmp_path, tiny):
+def test_resume_from_corrupt_or_foreign_checkpoint(tmp_path, tiny, tiny_run):
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"\x00not a checkpoint" * 10)
-    proc = cli(*tiny, f"resume={bad}", f"hydra.run.dir={tmp_path / 'a'}")
+    proc = cli_in_process(*tiny, f"resume={bad}", f"hydra.run.dir={tmp_path / 'a'}")
     assert proc.returncode == 2 and str(bad) in proc.stderr and "cannot be read" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
 
-    cli(*tiny, f"hydra.run.dir={tmp_path / 'b'}")  # a real run of resnet8 with its checkpoints
-    proc = cli(*tiny, "model=resnet20", f"resume={tmp_path / 'b'}", f"hydra.run.dir={tmp_path / 'c'}")
+    # tiny_run: a real run of resnet8 (the same TINY overrides) with its checkpoints
+    proc = cli_in_process(*tiny, "model=resnet20", f"resume={tiny_run}", f"hydra.run.dir={tmp_path / 'c'}")
     # Refused before any weight is read: the saved config names resnet8, and the model cannot change.
     text = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "cannot change mid-run" in text and "model.depth: 8 -> 20" in text, text
     assert "Traceback" not in proc.stderr
-    assert (tmp_path / "b" / "model.ckpt").exists()  # the run resumed from is untouched
+    assert (tiny_run / "model.ckpt").exists()  # the run resumed from is untouched
 
 
 def test_saved_config_cannot_smuggle_a_hydra_callback(tmp_path):
@@ -222,6 +222,6 @@ def test_saved_config_cannot_smuggle_a_hydra_callback(tmp_path):
         "hydra:\n  callbacks:\n    x:\n      _target_: logging.FileHandler\n"
         f"      filename: {marker}\n"
     )
-    proc = cli("--config-path", str(tmp_path), "--config-name", "config", "dry_run=true")
+    proc = cli_in_process("--config-path", str(tmp_path), "--config-name", "config", "dry_run=true")
     assert proc.returncode == 2 and "logging.FileHandler" in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists()

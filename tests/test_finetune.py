@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, run_cli
+from conftest import TINY, metrics, run_cli, run_in_process
 from imagegen import digit_folder
 
 
@@ -63,7 +63,7 @@ def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
 
     other = tmp_path / "other.ckpt"
     ms.save_checkpoint(nn.SequentialCell([nn.Dense(3, 4), nn.Dense(4, 2)]), str(other))
-    proc = run_cli(tmp_path / "run", *TINY, f"init_from={other}", check=False)
+    proc = run_in_process(tmp_path / "run", *TINY, f"init_from={other}", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     text = " ".join(proc.stderr.split())
     assert "shares no parameter" in text and str(other) in text
@@ -74,7 +74,9 @@ def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
     [("nowhere/model.ckpt", "does not exist"), ("{tmp}", "holds no model.ckpt")],
 )
 def test_a_missing_source_is_refused(tmp_path, value, culprit):
-    proc = run_cli(tmp_path / "run", *TINY, "dry_run=true", f"init_from={value.format(tmp=tmp_path)}", check=False)
+    proc = run_in_process(
+        tmp_path / "run", *TINY, "dry_run=true", f"init_from={value.format(tmp=tmp_path)}", check=False
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and culprit in " ".join(proc.stderr.split())
 
 
@@ -91,6 +93,9 @@ def test_freeze_patterns_are_checked():
         freeze(net, ["stme"])
     with pytest.raises(ConfigError, match="nothing would train"):
         freeze(build_model(cfg.model, 10, 1, 8), ["*"])
+    with pytest.raises(ConfigError, match=r"\['\*relu'\] select\(s\) only cells without parameters"):
+        freeze(net, ["stem", "*relu"])  # activations: a pattern that freezes nothing is refused
+    assert len(net.trainable_params()) == len(build_model(cfg.model, 10, 1, 8).trainable_params())  # nothing frozen
     record = freeze(net, ["layer*.0.bn1"])  # globs, as amp.keep_fp32
     assert record["frozen"] == ["layer1.0.bn1", "layer2.0.bn1", "layer3.0.bn1"]
     assert not any(p.name.startswith("layer1.0.bn1") for p in net.trainable_params())

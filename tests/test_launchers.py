@@ -6,15 +6,37 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import REPO, TINY, cli_in_process, metrics, run_cli
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
 def test_launcher_configs_compose(launcher):
-    cmd = [sys.executable, "-m", "runner", f"hydra/launcher={launcher}", "--cfg", "hydra"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = cli_in_process(f"hydra/launcher={launcher}", "--cfg", "hydra")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert launcher.split("_")[0] in yaml.safe_load(proc.stdout)["hydra"]["launcher"]["_target_"].lower()
+
+
+def test_the_isolated_launcher_composes_from_any_directory_however_python_starts(tmp_path):
+    # Hydra's plugin scan sees hydra_plugins/ only where it is on sys.path as a directory (the repository
+    # root as the working directory of `python -m`); the launcher's config ships in runner.conf instead.
+    compose = (
+        "from hydra import compose, initialize_config_module\n"
+        "with initialize_config_module('runner.conf', version_base='1.3'):\n"
+        "    cfg = compose('config', return_hydra_config=True)\n"
+        "print(cfg.hydra.launcher._target_)"
+    )
+    proc = subprocess.run([sys.executable, "-c", compose], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher", proc.stderr
+    # pytest started from tests/ (or as the `pytest` script): the repository root is not on sys.path.
+    test = "test_config.py::test_every_option_composes[amp-auto]"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=REPO / "tests",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:]
 
 
 @pytest.mark.slow
@@ -46,7 +68,7 @@ def test_sweep_through_launcher(tmp_path, launcher):
 
 
 def optuna_sweep(tmp_path, *overrides):
-    proc = run_cli(tmp_path, "hydra/sweeper=optuna_accuracy", *overrides, multirun=True, check=False)
+    proc = cli_in_process("-m", f"hydra.sweep.dir={tmp_path}", "hydra/sweeper=optuna_accuracy", *overrides)
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out and "alembic" not in out, out[-3000:]
     statuses = [row["status"] for row in csv.DictReader(open(tmp_path / "summary.csv"))]

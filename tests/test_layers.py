@@ -52,3 +52,30 @@ def test_a_notebook_builds_data_and_a_model_without_the_runner():
     loaded = ast.literal_eval(runner_modules)
     assert [m for m in loaded if m != "runner" and not m.startswith(("runner.models", "runner.datasets"))] == []
     assert "runner.models" in loaded and "runner.datasets" in loaded
+
+
+def test_the_readme_layout_names_every_module():
+    text = (REPO / "README.md").read_text()
+    block = text.split("## How the code is laid out", 1)[1].split("```")[1]
+    named = {}  # folder -> the file names listed under it, by indentation
+    stack = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        entry = line.split()[0]
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = "/".join(e for _, e in stack).replace("//", "/")
+        named.setdefault(parent.rstrip("/"), set()).add(entry.rstrip("/"))
+        if entry.endswith("/"):
+            stack.append((indent, entry.rstrip("/")))
+    missing = []
+    for package in ("runner", "models", "datasets"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            if path.name == "__init__.py" and rel.parent.name != "runner":
+                continue  # a subpackage is named by its folder
+            if rel.name not in named.get(str(rel.parent), set()):
+                missing.append(str(rel))
+    assert not missing, f"README's layout section does not name: {missing}"

@@ -52,6 +52,11 @@ def test_evaluate_reproduces_the_runs_val_accuracy(folder_run_evaluated):
     assert Path(m["plot"]).name == "confusion.png" and Path(m["plot"]).stat().st_size > 0
 
 
+def test_the_run_records_its_class_names(folder_run):
+    run, _ = folder_run
+    assert json.loads((run / "classes.json").read_text()) == {"names": sorted(DIGIT_WORDS), "num_classes": 10}
+
+
 def test_evaluate_a_resumable_checkpoint_by_path(folder_run_evaluated):
     run, root, final = folder_run_evaluated
     # The last resumable checkpoint holds the final weights (plus optimizer state, ignored here).

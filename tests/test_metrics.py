@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import metrics, run_cli
+from conftest import compose_cfg, metrics, run_cli
 
 from runner.report import advice
 from runner.report.metrics import RunMetrics
@@ -74,19 +74,137 @@ def test_csv_logger_is_the_default(tmp_path, tiny):
     assert not (tmp_path / "tensorboard").exists()
 
 
-def test_mlflow_logger_writes_a_local_file_store(tmp_path, tiny, monkeypatch):
+def test_mlflow_and_tensorboard_at_once_beside_the_csv(tmp_path, tiny, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this reading client, as the logger does
 
     store = f"file:{tmp_path / 'mlruns'}"
     run_dir = tmp_path / "run"
-    run_cli(run_dir, *tiny, "logger=mlflow", f"logger.tracking_uri={store}", "logger.experiment=t", "eval=false")
+    chosen = ["logger=[mlflow,tensorboard]", f"logger.mlflow.tracking_uri={store}", "logger.mlflow.experiment=t"]
+    run_cli(run_dir, *tiny, *chosen, "eval=false")
+    assert metrics(run_dir)["loggers"] == ["csv", "tensorboard", "mlflow"]
+    assert (run_dir / "metrics.csv").exists() and any((run_dir / "tensorboard").iterdir())  # csv: always kept
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("t").experiment_id])
     assert run.data.params["amp.level"] == "auto" and run.data.params["model.name"] == "resnet8"
     assert run.data.metrics["throughput_samples_per_s"] == pytest.approx(metrics(run_dir)["throughput_samples_per_s"])
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"config.yaml", "metrics.json", "curves.png"}
+
+
+def _wandb_records(run_dir):
+    """(kind, {key: value}) of every record of the W&B offline run under run_dir/wandb.
+
+    wandb 0.31 has no reader for its own .wandb files (its Go core writes them): a LevelDB-style log of
+    32 KiB blocks whose chunks (7-byte header: crc, length, type 1 full / 2 first / 3 middle / 4 last)
+    carry protobuf Records, after a 7-byte ":W&B" file header.
+    """
+    import json
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    data, pos, buf, out = path.read_bytes(), 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        buf = data[pos + 7 : pos + 7 + length] if kind in (1, 2) else buf + data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            r = pb.Record()
+            r.ParseFromString(buf)
+            which = r.WhichOneof("record_type")
+            if which == "history":
+                items = r.history.item
+            elif which == "summary":
+                items = r.summary.update
+            else:
+                items = r.run.config.update if which == "run" else []
+            values = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in items}
+            if which == "files":
+                values = {f.path: True for f in r.files.files}
+            if which == "run":
+                values["_project"], values["_name"] = r.run.project, r.run.display_name
+            out.append((which, values))
+    return out
+
+
+def test_wandb_logger_writes_an_offline_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from runner.report.loggers import build_logger, chosen
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no network, no login
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = compose_cfg("logger=[csv,wandb]", "logger.wandb.tags=[tiny]", "experiment_name=exp")
+    assert chosen(cfg.logger) == ["csv", "wandb"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text("{}")
+    logger = build_logger(cfg.logger, {"model": {"name": "resnet8"}, "lr": 0.1}, "exp", str(run_dir))
+    logger.log_metrics({"train/loss": 2.0, "train/step_time_ms": 5.0}, 10)
+    logger.log_metrics({"train/loss": 1.0, "train/step_time_ms": 5.0}, 20)
+    logger.log_metrics({"val/accuracy": 0.5, "val/loss": 1.2}, 20)  # a validation at a logged step
+    logger.finish(
+        RunMetrics(steps=20, final_loss=1.0, val_accuracy=0.75, run_dir=str(run_dir)), [str(run_dir / "metrics.json")]
+    )
+    records = _wandb_records(run_dir)
+    (run,) = [v for k, v in records if k == "run"]
+    assert run["_project"] == "exp" and run["_name"] == "run" and run["model.name"] == "resnet8" and run["lr"] == 0.1
+    history = [v for k, v in records if k == "history"]
+    assert [(h["_step"], h["train/loss"]) for h in history] == [(10, 2.0), (20, 1.0)]
+    assert history[-1]["val/accuracy"] == 0.5  # merged into step 20's row
+    summary = {k: v for kind, values in records if kind == "summary" for k, v in values.items()}
+    assert summary["final_loss"] == 1.0 and summary["val_accuracy"] == 0.75
+    assert any("metrics.json" in v for k, v in records if k == "files")
+    assert list(csv.DictReader(open(run_dir / "metrics.csv")))[-1]["val_accuracy"] == "0.75"  # csv kept too
+
+
+def test_wandb_that_cannot_start_is_one_paragraph(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    from runner.errors import UserError
+    from runner.report.loggers import build_logger
+
+    def refuse(**_):
+        raise wandb.errors.UsageError("api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    with pytest.raises(UserError) as err:
+        build_logger(compose_cfg("logger=wandb").logger, {}, "exp", str(tmp_path))
+    assert "api_key not configured" in str(err.value) and "WANDB_MODE=offline" in str(err.value)
+
+
+def test_a_logger_whose_package_is_missing_is_refused_before_training(monkeypatch):
+    import importlib.util
+
+    from runner.config.checks import check_loggers
+    from runner.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "wandb" else real(n, *a))
+    check_loggers(compose_cfg("logger=[tensorboard,mlflow]"))
+    with pytest.raises(
+        ConfigError, match=r"logger=wandb needs wandb, which is not installed: pip install -e '.\[loggers\]'"
+    ):
+        check_loggers(compose_cfg("logger=[tensorboard,wandb]"))
+
+
+def test_a_run_saved_with_one_logger_still_loads(tmp_path):
+    from omegaconf import OmegaConf
+
+    from runner.config.schema import Config
+    from runner.rundir.resume_check import read_saved_config
+
+    saved = OmegaConf.to_container(compose_cfg(), resolve=True, enum_to_str=True)
+    saved["logger"] = {"name": "mlflow", "tracking_uri": "file:/x", "experiment": None}  # before logger was a list
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    loaded = read_saved_config(str(tmp_path / "config.yaml"))
+    assert loaded["logger"] == {"mlflow": {"tracking_uri": "file:/x"}}
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), loaded)  # what evaluate, predict and export do
+    assert cfg.logger.mlflow.tracking_uri == "file:/x" and cfg.logger.csv is None
 
 
 def _m(**kw):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY, metrics, run_cli
+from conftest import REPO, TINY, metrics, run_cli, run_in_process
 
 SMALL = [o for o in TINY if not o.startswith("epochs=")]
 
@@ -80,7 +80,7 @@ def test_rotation_keeps_last_n_and_best(tmp_path):
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
-    cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
+    cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, top_k=1, on_signal=True)
     score = Score("train_loss", lambda: None)
     ck = Checkpointer(cfg, str(tmp_path), 10, {}, score, run_losses=lambda: np.zeros(0, np.float32))
     net = nn.Dense(2, 2)
@@ -94,7 +94,7 @@ def test_rotation_keeps_last_n_and_best(tmp_path):
 
 
 def test_resume_from_nothing_is_a_user_error(tmp_path):
-    proc = run_cli(tmp_path / "run", *TINY, f"resume={tmp_path}/nowhere", check=False)
+    proc = run_in_process(tmp_path / "run", *TINY, f"resume={tmp_path}/nowhere", check=False)
     assert proc.returncode == 2 and "resume=" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -104,7 +104,7 @@ def test_keep_best_off_keeps_only_the_last(tmp_path):
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
-    cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, on_signal=True)
+    cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, top_k=1, on_signal=True)
     score = Score("train_loss", lambda: None)
     ck = Checkpointer(cfg, str(tmp_path), 10, {}, score, run_losses=lambda: np.zeros(0, np.float32))
     for step, loss in zip((10, 20, 30), (0.1, 0.5, 0.7)):

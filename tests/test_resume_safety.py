@@ -7,6 +7,7 @@ import signal
 
 import numpy as np
 import pytest
+import yaml
 from conftest import TINY, metrics, run_cli, start_cli, wait_for
 
 SMALL = [o for o in TINY if not o.startswith(("epochs=", "log_every="))] + ["log_every=20"]
@@ -86,6 +87,26 @@ def test_extending_a_finished_run_continues_every_record(finished, tmp_path):
     log = (run_dir / "runner.log").read_text()
     assert "step 100/132" in log and "resume: applying epochs: 2 -> 3" in log
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["global_step"] == 132
+    # config.yaml stays what the run started as (no resume, 2 epochs); the extension is history.
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["epochs"] == 2 and saved["resume"] is None
+    history = json.loads((run_dir / "history.json").read_text())
+    assert history == [{"from": str(run_dir), "changes": {"epochs": [2, 3]}}]
+    from runner.rundir.saved_run import load_config
+
+    assert load_config(str(run_dir)).epochs == 3  # what evaluate/predict/export rebuild: the run as it is now
+
+
+@pytest.mark.slow
+def test_an_extended_runs_config_re_runs_to_the_same_result(finished, tmp_path):
+    # Re-running the saved config gives the run's result whatever happened to the run after it started.
+    run_dir = _copy(finished, tmp_path)
+    run_cli(run_dir, "epochs=3", *SMALL, "resume=true")
+    rerun = tmp_path / "rerun"
+    run_cli(rerun, "--config-path", str(run_dir), "--config-name", "config")
+    assert "resume" not in (rerun / "runner.log").read_text()
+    again, before = metrics(rerun), metrics(finished)
+    assert again["val_accuracy"] == before["val_accuracy"] and again["loss_curve"] == before["loss_curve"]
 
 
 @pytest.mark.slow

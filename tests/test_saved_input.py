@@ -62,7 +62,7 @@ def test_a_float16_checkpoint_loads_and_an_int32_one_is_refused(tmp_path):
     for p in saved.net.get_parameters():  # cast to the network's float32, values kept
         assert p.asnumpy().dtype == np.float32 and np.array_equal(p.asnumpy(), half[p.name].astype(np.float32))
     rewrite_checkpoint(ckpt, lambda n, a: a.astype(np.int32))
-    with pytest.raises(ConfigError, match=r"non-float data \(.*int32\)"):
+    with pytest.raises(ConfigError, match=r"non-float data \(.*Int32\)"):
         saved_run.open_run(str(tmp_path / "run"), "final", cfg)
     with pytest.raises(ConfigError, match=r"non-float data"):
         load_matching(saved.net, str(ckpt))
@@ -117,3 +117,141 @@ def test_latest_json_naming_a_missing_file_is_refused(tmp_path):
         saved_run.checkpoint_path(str(tmp_path), "last")
     with pytest.raises(ConfigError, match=r"names step_00000009.ckpt, which is missing"):
         source_path(str(tmp_path))
+
+
+def _predict(run_dir, input_dir, out_dir):
+    from omegaconf import OmegaConf
+
+    from runner.predict import PredictConfig, predict
+
+    out_dir.mkdir()
+    app = OmegaConf.structured(PredictConfig(run=str(run_dir), input=str(input_dir), topk=2, show=0))
+    return predict(app, str(out_dir))
+
+
+def test_predict_skips_and_lists_what_it_cannot_decode_and_never_opens_a_fifo(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from PIL import Image
+
+    fake_run(tmp_path / "run")
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("L", (8, 8), 100).save(images / "good.png")
+    Image.new("L", (8, 8), 50).save(os.fsdecode(bytes(images) + b"/caf\xe9.png"))  # a Latin-1 file name
+    os.mkfifo(images / "x.png")  # opening it would wait for a writer forever
+    Image.fromarray(np.ones((8, 8), np.float32), mode="F").save(images / "float.png", format="TIFF")
+    Image.new("L", (40, 40), 10).save(images / "bomb.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 1600 pixels: over twice the limit, PIL refuses it
+    signal.alarm(120)  # a hang fails the test instead of blocking the suite
+    try:
+        summary = _predict(tmp_path / "run", images, tmp_path / "out")
+    finally:
+        signal.alarm(0)
+    skipped = {os.path.basename(s["path"]): s["reason"] for s in summary["skipped"]}
+    assert sorted(skipped) == ["bomb.png", "float.png", "x.png"], skipped
+    assert "FIFO" in skipped["x.png"] and "decompression bomb" in skipped["bomb.png"]
+    assert "MindSpore's Decode cannot read this TIFF F image" == skipped["float.png"]
+    rows = (tmp_path / "out" / "predictions.csv").read_text(encoding="utf-8").splitlines()
+    assert summary["images"] == 2 and len(rows) == 3  # the header and both readable images
+    assert any(r.startswith(str(images / "caf\\xe9.png") + ",") for r in rows), rows
+
+
+def test_predict_refuses_an_input_that_is_a_fifo(tmp_path):
+    import os
+
+    from runner.errors import InputError
+    from runner.predict import find_images
+
+    os.mkfifo(tmp_path / "x.png")
+    with pytest.raises(InputError, match=r"x.png: not a regular file \(a FIFO\)"):
+        find_images(str(tmp_path / "x.png"))
+
+
+def _folder_run(tmp_path):
+    """A fake run on an image folder of ten word-named classes, with the classes.json training writes."""
+    from conftest import folder_run_args, word_digit_folder
+
+    from runner.datasets import build_data
+    from runner.rundir import saved_run
+
+    root = word_digit_folder(tmp_path / "digits", sizes=[(8, 8)], per_class=2, val_per_class=2)
+    cfg, _ = fake_run(tmp_path / "run", *folder_run_args(root)[1:], "batch_size=4")
+    saved_run.write_classes(str(tmp_path / "run"), build_data(cfg.data, cfg.padding, 4, 0))
+    return tmp_path / "run", root
+
+
+def _evaluate(run_dir, out_dir, **fields):
+    from omegaconf import OmegaConf
+
+    from runner.evaluate import EvaluateConfig, evaluate
+
+    out_dir.mkdir()
+    app = OmegaConf.structured(EvaluateConfig(run=str(run_dir)))
+    for k, v in fields.items():
+        OmegaConf.update(app, k, v)
+    return evaluate(app, str(out_dir)).to_dict()
+
+
+def test_classes_renamed_or_a_subset_are_refused_or_mapped_by_name(tmp_path):
+    import shutil
+
+    from conftest import DIGIT_WORDS
+
+    run, root = _folder_run(tmp_path)
+    assert json.loads((run / "classes.json").read_text())["names"] == sorted(DIGIT_WORDS)
+    renamed = tmp_path / "renamed"
+    shutil.copytree(root, renamed)
+    for split in ("train", "val"):
+        for w in DIGIT_WORDS:
+            (renamed / split / w).rename(renamed / split / f"class_{DIGIT_WORDS.index(w)}")
+    for classes in ("strict", "by_name"):
+        with pytest.raises(ConfigError, match=r"other classes than the run was trained on .*class_0"):
+            _evaluate(run, tmp_path / f"out_{classes}", **{"data.root": str(renamed), "classes": classes})
+    subset = tmp_path / "subset"
+    for split in ("train", "val"):
+        for w in ("five", "one", "two"):
+            shutil.copytree(root / split / w, subset / split / w)
+    with pytest.raises(ConfigError, match=r"classes=by_name maps"):
+        _evaluate(run, tmp_path / "out_subset", **{"data.root": str(subset)})
+    m = _evaluate(run, tmp_path / "out_mapped", **{"data.root": str(subset), "classes": "by_name"})
+    samples = {n: c["samples"] for n, c in m["per_class"].items()}
+    assert m["num_classes"] == 10 and samples == {
+        w: 2 if w in ("five", "one", "two") else 0 for w in sorted(DIGIT_WORDS)
+    }
+
+
+def test_predict_labels_with_the_classes_the_run_trained_on(tmp_path):
+    from conftest import DIGIT_WORDS
+
+    run, root = _folder_run(tmp_path)
+    for split in ("train", "val"):  # the training folder's classes renamed after the run
+        for i, w in enumerate(DIGIT_WORDS):
+            (root / split / w).rename(root / split / f"class_{i}")
+    _predict(run, root / "val", tmp_path / "out")
+    rows = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[1:]
+    assert rows and all(r.split(",")[1] in DIGIT_WORDS for r in rows)
+
+
+def test_init_from_matches_the_head_to_the_data_classes_by_name(tmp_path):
+    import mindspore as ms
+    from conftest import DIGIT_WORDS
+
+    from runner.rundir import saved_run
+    from runner.training.finetune import load_matching
+
+    run, _ = _folder_run(tmp_path)
+    rewrite_checkpoint(run / "model.ckpt", lambda n, a: a * 3 if n.startswith("head.") else a)  # not a fresh head
+    source = ms.load_checkpoint(str(run / "model.ckpt"))
+    recorded = sorted(DIGIT_WORDS)
+    cfg = saved_run.load_config(str(run))
+    order = list(reversed(range(10)))  # the same classes, in another order (a class_indexing of their own)
+    _, net = saved_run.build(cfg)
+    record = load_matching(net, str(run), [recorded[i] for i in order])
+    assert record["classes"]["mapped_by_name"] and "head.weight" in record["loaded"]
+    assert np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy()[order])
+    _, net = saved_run.build(cfg)
+    record = load_matching(net, str(run), [f"class_{i}" for i in range(10)])  # other classes: a fresh head
+    assert record["reinitialised"] == ["head.weight", "head.bias"] and not record["classes"]["mapped_by_name"]
+    assert not np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy())

@@ -5,7 +5,7 @@ import os
 import pickle
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, cli_in_process, dry_run, run_cli
 
 # Each of these would create, truncate or overwrite MARKER if Hydra got to instantiate it.
 FILE_HANDLER = "_target_: logging.FileHandler\n      filename: {marker}\n      mode: w\n"
@@ -37,7 +37,7 @@ def test_config_dir_and_config_name(tmp_path, marker):
     conf = tmp_path / "myconf"
     conf.mkdir()
     (conf / "mine.yaml").write_text("defaults: [config, _self_]\n" + callback_yaml(FILE_HANDLER, marker, False))
-    proc = run_cli(None, "--config-dir", str(conf), "--config-name", "mine", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(conf), "--config-name", "mine", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
@@ -47,6 +47,8 @@ def test_relative_config_path_is_found_where_hydra_finds_it(tmp_path, marker):
     conf.mkdir()
     (conf / "config.yaml").write_text("defaults: [base_config, _self_]\n" + callback_yaml(COPY, marker, False))
     relative = os.path.relpath(conf, REPO / "runner")
+    # A subprocess: under `python -m runner` the task's module is __main__, and Hydra finds a relative path
+    # from its file; called in-process (or as the console script) the module is runner.__main__.
     proc = run_cli(None, "--config-path", relative, "--config-name", "config", "dry_run=true", check=False)
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
 
@@ -56,14 +58,14 @@ def test_callback_in_a_file_pulled_in_through_defaults(tmp_path, marker):
     conf.mkdir()
     (conf / "config.yaml").write_text("defaults: [base_config, innocent, _self_]\nepochs: 1\n")
     (conf / "innocent.yaml").write_text(callback_yaml(FILE_HANDLER, marker))
-    proc = run_cli(None, "--config-path", str(conf), "--config-name", "config", "dry_run=true", check=False)
+    proc = cli_in_process("--config-path", str(conf), "--config-name", "config", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
 def test_experiment_file_in_a_config_dir(tmp_path, marker):
     (tmp_path / "extra" / "experiment").mkdir(parents=True)
     (tmp_path / "extra" / "experiment" / "fast.yaml").write_text(callback_yaml(COPY, marker) + "epochs: 1\n")
-    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=fast", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(tmp_path / "extra"), "+experiment=fast", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
 
 
@@ -91,7 +93,7 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
         marker=marker
     )
     (tmp_path / "extra" / "experiment" / "logs.yaml").write_text(body + "\n")
-    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=logs", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(tmp_path / "extra"), "+experiment=logs", "dry_run=true")
     refused(proc, key)
 
 
@@ -127,7 +129,7 @@ def test_job_logging_handlers(tmp_path, marker, handler, key):
 )
 def test_command_line_overrides(tmp_path, marker, overrides, key):
     args = [o.format(marker=marker) for o in overrides]
-    proc = run_cli(None, *args, f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true", check=False)
+    proc = cli_in_process(*args, f"hydra.run.dir={tmp_path / 'run'}", "dry_run=true")
     refused(proc, key)
 
 
@@ -138,7 +140,7 @@ def test_node_built_by_a_resolver(tmp_path, marker):
     (tmp_path / "extra" / "experiment" / "x.yaml").write_text(
         f"# @package _global_\nhydra:\n  callbacks:\n    x: {node}\n"
     )
-    proc = run_cli(None, "--config-dir", str(tmp_path / "extra"), "+experiment=x", "dry_run=true", check=False)
+    proc = cli_in_process("--config-dir", str(tmp_path / "extra"), "+experiment=x", "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='shutil.copyfile'")
 
 
@@ -152,7 +154,7 @@ def test_sweep_params_in_an_experiment_file(tmp_path, marker):
         "      +hydra.callbacks.x.mode: w\n"
     )
     args = ["-m", "--config-dir", str(tmp_path / "extra"), "+experiment=grid", f"hydra.sweep.dir={tmp_path / 's'}"]
-    proc = run_cli(None, *args, "dry_run=true", check=False)
+    proc = cli_in_process(*args, "dry_run=true")
     refused(proc, "hydra.callbacks.x._target_='logging.FileHandler'")
 
 
@@ -163,15 +165,15 @@ def test_rerun_pickle_is_refused(tmp_path, marker):
 
     evil = tmp_path / "config.pickle"
     evil.write_bytes(pickle.dumps(Payload()))
-    proc = run_cli(None, "--experimental-rerun", str(evil), check=False)
+    proc = cli_in_process("--experimental-rerun", str(evil))
     refused(proc, "--experimental-rerun")
 
 
 def test_hydra_defaults_and_project_targets_pass(tmp_path):
     # What ships is allowed: the sweep summary callback, the isolated launcher, Hydra's logging.
-    proc = run_cli(tmp_path, "dry_run=true", "hydra/job_logging=stdout", multirun=True, check=False)
+    proc = dry_run(tmp_path, "hydra/job_logging=stdout", multirun=True)
     assert "Configuration is valid" in proc.stdout and "refused" not in proc.stderr, proc.stderr
-    proc = run_cli(None, "hydra/launcher=joblib", "hydra/sweeper=optuna_accuracy", "--cfg", "hydra")
+    proc = cli_in_process("hydra/launcher=joblib", "hydra/sweeper=optuna_accuracy", "--cfg", "hydra")
     assert proc.returncode == 0
 
 

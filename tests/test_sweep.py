@@ -80,3 +80,35 @@ def test_ladder_is_one_command(tmp_path, tiny):
     ]
     assert m[4]["sink"] == {"requested": True, "effective": False, "sink_size_requested": -1, "sink_size": -1}
     assert "sink=on changed nothing" in proc.stdout
+
+
+def _fake_sweep(root, overrides, advice):
+    """Job directories as a sweep leaves them: Hydra's record and each job's metrics.json."""
+    from omegaconf import OmegaConf
+
+    from runner.report.metrics import RunMetrics
+
+    for num, (over, notes) in enumerate(zip(overrides, advice)):
+        job = root / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(over), job / ".hydra" / "overrides.yaml")
+        OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}}}), job / ".hydra" / "hydra.yaml")
+        RunMetrics(val_accuracy=0.9, throughput_samples_per_s=100.0 + num, advice=notes).write(
+            str(job / "metrics.json")
+        )
+
+
+def test_speedup_only_when_a_speed_setting_differs_and_each_note_once(tmp_path):
+    from runner.report.sweep import collect, markdown, summarize
+
+    note = "model.conv=onednn runs oneDNN's blocked kernels instead"
+    _fake_sweep(tmp_path / "seeds", [["seed=0"], ["seed=1"], ["seed=2"]], [[note]] * 3)
+    rows = collect(tmp_path / "seeds")
+    table = markdown(rows, summarize(rows, tmp_path / "seeds", "seeds"))
+    assert "speedup" not in table and all(r.speedup is None for r in rows)  # a seed sweep measures one speed
+    assert table.count(note) == 1 and f"- all jobs: {note}" in table
+    _fake_sweep(tmp_path / "amp", [["amp=o0"], ["amp=o2"]], [[note], []])
+    rows = collect(tmp_path / "amp")
+    table = markdown(rows, summarize(rows, tmp_path / "amp", "amp"))
+    assert "| speedup |" in table and rows[1].speedup == pytest.approx(1.01)
+    assert f"- #0: {note}" in table

@@ -4,7 +4,7 @@ their effect through the CLI."""
 
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
 
 
 def _weights(path):
@@ -197,13 +197,13 @@ def test_resume_keeps_the_ema_and_the_window(tmp_path):
     ],
 )
 def test_bad_update_settings_are_refused(tmp_path, overrides, message):
-    proc = run_cli(tmp_path, *TINY, *overrides, check=False)
+    proc = run_in_process(tmp_path, *TINY, *overrides, check=False)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_accumulate_steps_is_refused_where_data_sinks():
     # On CPU sink=on never sinks (the run falls back and says so), so the refusal is checked at the
-    # decision itself: run.py calls it with sink = sink=on and a device that sinks.
+    # decision itself: recipe.py calls it with sink = sink=on and a device that sinks.
     from runner.errors import ConfigError
     from runner.training.recipe import check_accumulate
 

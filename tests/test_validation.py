@@ -5,11 +5,11 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, outputs_of, run_cli, run_module
+from conftest import TINY, metrics, outputs_of, run_cli, run_in_process, run_module
 
 
 def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
-    run_cli(tmp_path, *TINY, "epochs=3", "validation.every_epochs=2")
+    run_cli(tmp_path, *TINY, "epochs=3", "validation.every_epochs=2", "checkpoint.top_k=2")
     m = metrics(tmp_path)
     # Every 2 epochs, and always after the last one.
     assert [p["epoch"] for p in m["val_curve"]] == [2.0, 3.0]
@@ -25,6 +25,10 @@ def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
         state["best"]["file"] == f"step_{top['step']:08d}.ckpt"
         and (tmp_path / "checkpoints" / state["best"]["file"]).exists()
     )
+    # checkpoint.top_k=2: both validated epochs are kept, best first.
+    ranked = sorted(m["val_curve"], key=lambda p: -p["accuracy"])  # stable: the earlier of equals first
+    assert [t["step"] for t in m["top_checkpoints"]] == [p["step"] for p in ranked] and m["top_checkpoints"][0] == best
+    assert [t["file"] for t in state["top_k"]] == [f"step_{p['step']:08d}.ckpt" for p in ranked]
     assert m["compile_count"] == 1  # validating between epochs does not recompile the train graph
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     logged = [(int(r["step"]), float(r["val/accuracy"])) for r in rows if r.get("val/accuracy")]
@@ -133,7 +137,7 @@ def test_early_stop_on_train_loss_without_validation(tmp_path):
     ],
 )
 def test_conflicting_watch_settings_are_refused(tmp_path, overrides, culprit):
-    proc = run_cli(tmp_path, *TINY, "dry_run=true", *overrides, check=False)
+    proc = run_in_process(tmp_path, *TINY, "dry_run=true", *overrides, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert culprit in " ".join(proc.stderr.split())
 
@@ -156,13 +160,60 @@ def test_score_direction_and_nan():
     assert loss.better(0.3, 0.4) and not loss.better(0.5, 0.4) and not loss.better(float("nan"), 0.4)
 
 
+def test_top_k_keeps_the_k_best_besides_the_last_and_resumes_the_ranking(tmp_path):
+    from types import SimpleNamespace
+
+    from mindspore import nn
+
+    from runner.training.checkpoints import Checkpointer
+    from runner.training.validation import Score
+
+    def checkpointer(top_k, start):
+        cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=True, top_k=top_k, on_signal=True)
+        return Checkpointer(cfg, str(tmp_path), 10, start, Score("train_loss", lambda: None), lambda: np.zeros(0))
+
+    def files():
+        return sorted(int(p.name[5:13]) for p in tmp_path.glob("step_*.ckpt"))
+
+    ck, net = checkpointer(2, {}), nn.Dense(2, 2)
+    for step, loss in zip((10, 20, 30, 40, 50, 60), (1.0, 0.5, 0.7, 0.4, 0.9, 0.6)):
+        ck.save(SimpleNamespace(train_network=net, cur_step_num=step), loss)
+    # The two lowest losses (steps 40, 20) and the last one (60); each pushed-out best was deleted.
+    assert files() == [20, 40, 60]
+    state = json.loads((tmp_path / "latest.json").read_text())
+    assert [(b["global_step"], b["value"]) for b in state["top_k"]] == [(40, 0.4), (20, 0.5)]
+    assert state["best"] == state["top_k"][0] and ck.enters_top(0.45) and not ck.enters_top(0.55)
+    # A resume continues the ranking: 0.45 enters, 20 leaves.
+    state["path"] = str(tmp_path / state["latest"])
+    resumed = checkpointer(2, state)
+    resumed.save(SimpleNamespace(train_network=net, cur_step_num=10), 0.45)  # global step 60 + 10
+    assert [b["global_step"] for b in resumed.top] == [40, 70] and files() == [40, 60, 70]
+    assert [b["global_step"] for b in checkpointer(1, state).top] == [40]  # top_k lowered on resume
+
+
+def test_top_k_settings_it_cannot_honour_are_refused():
+    from conftest import compose_cfg
+
+    from runner.config.checks import validate
+    from runner.errors import ConfigError
+
+    for overrides, message in (
+        (["checkpoint.top_k=0"], "checkpoint.top_k must be at least 1"),
+        (["checkpoint.top_k=3", "checkpoint.keep_best=false"], "checkpoint.keep_best=false keeps none"),
+        (["checkpoint.top_k=3", "checkpoint.every_epochs=0"], "checkpoint.every_epochs=0 saves none"),
+        (["checkpoint.keep_last=0"], "checkpoint.keep_last must be at least 1"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            validate(compose_cfg(*overrides))
+
+
 def test_resumed_best_of_another_monitor_starts_afresh(tmp_path):
     from types import SimpleNamespace
 
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
-    cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, on_signal=True)
+    cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, top_k=1, on_signal=True)
     old = {"global_step": 20, "best": {"file": "step_00000020.ckpt", "loss": 0.5, "global_step": 20}}
     same = Checkpointer(cfg, str(tmp_path), 10, old, Score("train_loss", lambda: None), lambda: np.zeros(0))
     other = Checkpointer(cfg, str(tmp_path), 10, old, Score("val_accuracy", lambda: None), lambda: np.zeros(0))

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, run_cli
+from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
 
 pytest.importorskip("mindcv")  # the `zoo` extra
 NO_WIDTH = [o for o in TINY if not o.startswith("model.width")]  # width is a built-in ResNet's setting
@@ -22,7 +22,7 @@ ZOO = ["model=mindcv", "model.arch=mobilenet_v3_small_075", *NO_WIDTH]
     ],
 )
 def test_bad_model_settings_are_refused(tmp_path, overrides, message):
-    proc = run_cli(tmp_path, *overrides, "epochs=1", check=False)
+    proc = run_in_process(tmp_path, *overrides, "epochs=1", check=False)
     assert proc.returncode == 2 and message in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
 
 

@@ -1,0 +1,1 @@
+"""The `isolated` Hydra launcher (hydra/launcher=isolated): every multirun job in a fresh Python process."""

@@ -25,11 +25,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Sequence
 
-from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
@@ -50,14 +48,7 @@ def interruption() -> dict:
     return dict(_interrupted)
 
 
-@dataclass
-class IsolatedLauncherConf:
-    _target_: str = "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher"
-
-
-# Hydra imports this module while it scans the hydra_plugins namespace (plugins must live there),
-# which makes `hydra/launcher=isolated` available; conf/config.yaml selects it.
-ConfigStore.instance().store(group="hydra/launcher", name="isolated", node=IsolatedLauncherConf, provider="runner")
+# hydra/launcher=isolated is conf/hydra/launcher/isolated.yaml (why there: that file's comment).
 
 
 def task_reference(task_function) -> tuple:

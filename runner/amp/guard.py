@@ -21,6 +21,7 @@ from mindspore.train import Callback
 
 from runner.errors import UserError
 from runner.rundir.atomic import finite_or_str, write_json
+from runner.rundir.layout import RunDir
 
 log = logging.getLogger("runner")
 FLOOR = 1.0  # ScaledTrainStep and MindSpore's DynamicLossScaleUpdateCell never go below 1
@@ -198,7 +199,7 @@ def postmortem(guard: NanGuard, make_net, run_dir: str, level: str, keep: list, 
     if not guard.snapshot(t.step):
         log.warning("weights at step %d are not finite; keeping those of step %d", t.step, guard.good[0])
     good_step, weights = guard.good
-    ckpt = os.path.join(run_dir, "last_good.ckpt")
+    ckpt = RunDir(run_dir).last_good
     ms.save_checkpoint([{"name": n, "data": ms.Tensor(w)} for n, w in weights.items()], ckpt)
     result = diagnose.find_islands(make_net, weights, level, keep, t.batch, t.scale, max_islands)
     record = {"reason": t.reason, "step": t.step, "loss": t.loss, "scale": t.scale}
@@ -279,13 +280,13 @@ def build_guard(
 
     guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every, start_step)
     trace = LossScaleTrace(
-        os.path.join(run_dir, "loss_scale.csv"),
+        RunDir(run_dir).loss_scale,
         used.loss_scale_type_used,
         used.drops_overflow,
         listeners=[guard.check],
         flush_every=log_every,
         start_step=start_step,
-        prior_from=os.path.join(prior_dir, "loss_scale.csv") if prior_dir else None,
+        prior_from=RunDir(prior_dir).loss_scale if prior_dir else None,
     )
     if not diagnose_cfg.enabled:
         return Guarding(trace, guard, None, [trace], diagnose_cfg.max_islands)

@@ -1,7 +1,9 @@
 """Mixed precision and the train cell: the `amp` group's consumer (and `mode`'s, for the train step)."""
 
+import contextlib
 import logging
 import os
+import sys
 from dataclasses import dataclass
 
 from mindspore import Model, nn
@@ -53,6 +55,40 @@ def loss_fn(label_smoothing: float = 0.0):
     return nn.CrossEntropyLoss(reduction="mean", label_smoothing=label_smoothing)
 
 
+class _CwdIs:
+    """`os` as MindSpore's rewrite module sees it, with getcwd() answering `path`."""
+
+    def __init__(self, path: str):
+        self._path = path
+
+    def getcwd(self) -> str:
+        return self._path
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+
+@contextlib.contextmanager
+def _rewrites_into(run_dir: str):
+    """Where O1's rewrite writes the network's generated source: the run directory, not the cwd.
+
+    MindSpore's rewrite (O1, pinned 2.10) writes `<os.getcwd()>/rewritten_network/<cls>.py`, imports it
+    and appends that folder to sys.path, with no parameter for the place (docs/mindspore-notes.md#o1-rewrite).
+    Changing the process's working directory would move every relative path of every thread (the data
+    pipeline's included) for the duration; instead only that module's view of `os.getcwd` is redirected,
+    and sys.path is restored afterwards.
+    """
+    from mindspore.rewrite.symbol_tree import symbol_tree
+
+    path = list(sys.path)
+    symbol_tree.os = _CwdIs(os.path.abspath(run_dir))
+    try:
+        yield
+    finally:
+        symbol_tree.os = os
+        sys.path[:] = path
+
+
 def wrap_amp(net, level: str, keep: list, run_dir: str):
     """Apply the AMP level to net with the cells named by `keep` (amp.keep_fp32) left FP32."""
     cells = match_cells(net, keep)  # checked at every level, so a typo fails under O0 too
@@ -63,19 +99,18 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
         for _, cell in cells:
             cell.to_float(mstype.float32)
     # Parameters stay FP32 (master weights); casts are inserted around the FP16 compute.
-    # O1 rewrites the network's source into ./rewritten_network/ (docs/mindspore-notes.md#o1-rewrite):
-    # keep that in the run directory.
-    cwd = os.getcwd()
-    os.chdir(run_dir)
-    try:
+    with _rewrites_into(run_dir):
         amp_net = auto_mixed_precision(net, level)
-    finally:
-        os.chdir(cwd)
     if level in ("O2", "O3") and cells:
         keep_fp32(amp_net, [c for _, c in cells])
     if cells:
         log.info("amp.keep_fp32: %s stay FP32 under %s", [n for n, _ in cells], level)
     return amp_net
+
+
+def eval_cell(logits) -> nn.Cell:
+    """(loss, logits, labels) of an FP32-logits network: every evaluation's cell (training's and runner.evaluate's)."""
+    return nn.WithEvalCell(logits, loss_fn())
 
 
 def build_loss_net(net, level: str, keep: list, run_dir: str, label_smoothing: float = 0.0):
@@ -92,14 +127,15 @@ def build_trainer(
     device_target: str,
     run_dir: str,
     grad_stats=False,
+    *,
+    metrics,
     update=None,
     label_smoothing=0.0,
-    metrics=None,
 ) -> Trainer:
     """Wrap net for AMP and loss scaling into train and eval Models.
 
     label_smoothing applies to the training loss only. metrics() makes the evaluation metrics (fresh
-    instances for each Model: metrics hold state; default accuracy and loss); evaluation always reads
+    instances for each Model: metrics hold state; runner.report.accuracy.evaluation_metrics); evaluation always reads
     hard labels and reports plain cross entropy.
 
     grad_stats (diagnose=on) makes the train step also return per-parameter gradient statistics;
@@ -108,7 +144,6 @@ def build_trainer(
     gradient accumulation and the weights' EMA to that step; any of them also selects it.
     """
     update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
-    metrics = metrics or _metrics
     level = resolve_level(amp_cfg.level, device_target)
     ls = amp_cfg.loss_scale
     scale_type = str(ls.type)
@@ -136,8 +171,8 @@ def build_trainer(
         )
     # One eval cell for both Models: the train Model validates during Model.fit (runner/training/validation.py)
     # and the evaluator after training, and both run the same compiled graph.
-    eval_cell = nn.WithEvalCell(logits, loss_fn())
-    evaluator = Model(logits, eval_network=eval_cell, metrics=metrics(), eval_indexes=[0, 1, 2])
+    evaluating = eval_cell(logits)
+    evaluator = Model(logits, eval_network=evaluating, metrics=metrics(), eval_indexes=[0, 1, 2])
     used = AmpUsed(
         amp_level_used=level,
         loss_scale_type_used=scale_type,
@@ -145,10 +180,5 @@ def build_trainer(
         keep_fp32=list(amp_cfg.keep_fp32),
         drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
     )
-    model = Model(step, eval_network=eval_cell, metrics=metrics(), eval_indexes=[0, 1, 2])
+    model = Model(step, eval_network=evaluating, metrics=metrics(), eval_indexes=[0, 1, 2])
     return Trainer(model, step, evaluator, used)
-
-
-def _metrics() -> dict:
-    """Top-1 and the mean loss over the validation set (fresh instances: metrics hold state)."""
-    return {"accuracy": nn.Accuracy(), "loss": nn.Loss()}

@@ -321,9 +321,23 @@ def compose_like_hydra(task, argv):
                 configs.append((hydra.compose_config(config_name, prefix + job, RunMode.RUN), num, True))
             return configs
         except COMPOSE_ERRORS as e:
+            check_package_header(e)
             raise compose_error(e) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def check_package_header(error: Exception) -> None:
+    """Raise ConfigError with the fix when a group's file put its keys under the group's name: an experiment
+    file without `# @package _global_` ("In 'experiment/mine': ... Key 'experiment' not in 'Config'")."""
+    found = re.search(r"In '(\w+)/([\w/.-]+)': .*?Key '(\w+)' not in '\w+'", str(error), re.S)
+    if found and found.group(1) == found.group(3):
+        group, name = found.group(1), found.group(2)
+        raise ConfigError(
+            f"{group}/{name}.yaml puts its keys under `{group}:`, which the configuration does not have. A file "
+            f"that sets top-level keys (as an experiment does) starts with the line `# @package _global_` "
+            f"(see conf/{group}/ in the runner, or `runner-configs cp {group}/<option>` for a copy to edit)."
+        ) from None
 
 
 def check_config(task, argv) -> None:
@@ -435,6 +449,8 @@ def _preflight(task, argv, before_run=None) -> None:
         args = get_args_parser().parse_args(argv)
     except SystemExit:
         return  # argparse printed its usage; Hydra will do the same
+    if args.shell_completion:
+        return  # `-sc install=bash`: its arguments are the completion's, not overrides; nothing runs
     check_split_values(args.overrides)
     configs = compose_like_hydra(task, argv)
     for cfg, num, multirun in configs:

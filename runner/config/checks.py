@@ -211,6 +211,14 @@ def _watch_problems(cfg):
                 f"{key}={name} needs validation during training, and {why} gives none: set "
                 "validation.every_epochs=N (with eval=true) or monitor train_loss"
             )
+    ck = cfg.checkpoint
+    if ck.top_k < 1:
+        yield f"checkpoint.top_k must be at least 1, got {ck.top_k}"
+    elif ck.top_k > 1 and (not ck.keep_best or ck.every_epochs == 0):
+        why = "checkpoint.keep_best=false keeps none" if not ck.keep_best else "checkpoint.every_epochs=0 saves none"
+        yield f"checkpoint.top_k={ck.top_k} keeps the best checkpoints by checkpoint.monitor, but {why}"
+    if ck.keep_last < 1:
+        yield f"checkpoint.keep_last must be at least 1 (a resume continues the latest), got {ck.keep_last}"
     if es.patience < 0 or es.min_delta < 0:
         yield f"early_stop.patience and early_stop.min_delta must not be negative, got {es.patience} and {es.min_delta}"
     elif es.patience == 0 and (str(es.monitor) != "auto" or es.min_delta != 0):
@@ -381,6 +389,26 @@ def check_tools(cfg) -> None:
         from runner.models.onednn import find_compiler
 
         find_compiler()
+
+
+# The package each optional logger imports, checked before anything is built or trained.
+LOGGER_PACKAGES = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
+
+
+def check_loggers(cfg) -> None:
+    """Raise ConfigError when a chosen logger's package is not installed (all named at once)."""
+    import importlib.util
+
+    missing = [
+        f"logger={name} needs {pkg}"
+        for name, pkg in LOGGER_PACKAGES.items()
+        if cfg.logger.get(name) is not None and importlib.util.find_spec(pkg) is None
+    ]
+    if missing:
+        raise ConfigError(
+            f"{'; '.join(missing)}, which is not installed: pip install -e '.[loggers]' (or the package alone). "
+            "metrics.csv is written without any of them."
+        )
 
 
 def validate(cfg) -> None:

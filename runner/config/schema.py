@@ -76,10 +76,9 @@ class Monitor(Choice):
     train_loss = "train_loss"  # the epoch's mean training loss
 
 
-class LoggerName(Choice):
-    csv = "csv"
-    tensorboard = "tensorboard"
-    mlflow = "mlflow"
+class WandbMode(Choice):
+    online = "online"
+    offline = "offline"
 
 
 @dataclass
@@ -166,6 +165,7 @@ class CheckpointConfig:
     every_epochs: int = 1  # save a resumable checkpoint every N epochs; 0 = only on a signal
     keep_last: int = 2  # resumable checkpoints kept besides the best one
     keep_best: bool = True  # also keep the best checkpoint by `monitor`
+    top_k: int = 1  # with keep_best: keep the k best checkpoints by `monitor` (besides keep_last)
     # What "best" means; auto: early_stop.monitor when set, else val_accuracy with
     # validation.every_epochs, else train_loss.
     monitor: Monitor = Monitor.auto
@@ -197,10 +197,38 @@ class DiagnoseConfig:
 
 
 @dataclass
+class CsvLoggerConfig:
+    """metrics.csv: always written (the run's own record); `logger=csv` alone is the default."""
+
+
+@dataclass
+class TensorBoardLoggerConfig:
+    """Event files in <run_dir>/tensorboard."""
+
+
+@dataclass
+class MlflowLoggerConfig:
+    tracking_uri: Optional[str] = None  # None: file store in outputs/mlruns
+    experiment: Optional[str] = None  # None: the run's experiment_name
+
+
+@dataclass
+class WandbLoggerConfig:
+    project: Optional[str] = None  # None: the run's experiment_name
+    entity: Optional[str] = None  # None: the logged-in user's default entity
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+    mode: Optional[WandbMode] = None  # None: WANDB_MODE, else W&B's default (online)
+
+
+@dataclass
 class LoggerConfig:
-    name: LoggerName = MISSING
-    tracking_uri: Optional[str] = None  # mlflow only; None: file store in outputs/mlruns
-    experiment: Optional[str] = None  # mlflow experiment; None: the run's experiment_name
+    """The loggers of a run, one key per chosen option of the `logger` group (`logger=[csv,wandb]`)."""
+
+    csv: Optional[CsvLoggerConfig] = None
+    tensorboard: Optional[TensorBoardLoggerConfig] = None
+    mlflow: Optional[MlflowLoggerConfig] = None
+    wandb: Optional[WandbLoggerConfig] = None
 
 
 @dataclass

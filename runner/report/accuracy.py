@@ -1,14 +1,20 @@
-"""What an evaluation measures besides accuracy and loss: top-5 and per-class accuracy, on hard labels."""
+"""What an evaluation measures: top-1, top-5, per-class accuracy and the confusion matrix, one implementation.
+
+Validation during training, the run's final numbers and `runner.evaluate` all count through `Scores`,
+so a number in metrics.json and the same number from evaluate cannot disagree by construction.
+"""
+
+from typing import Optional
 
 import numpy as np
 from mindspore import nn
 
 
-class PerClassAccuracy(nn.Metric):
-    """Accuracy within each true class (None for a class the evaluation set lacks).
+class Scores(nn.Metric):
+    """Confusion matrix and top-5 hits of logits (N, C) against class indices (N,).
 
-    MindSpore's metrics report one number over all samples; a class the network gets wrong can
-    hide behind the others there.
+    MindSpore's nn.Accuracy and nn.TopKCategoricalAccuracy report one number each over all samples;
+    a class the network gets wrong hides behind the others there, so the counts are kept per class.
     """
 
     def __init__(self, num_classes: int):
@@ -18,27 +24,65 @@ class PerClassAccuracy(nn.Metric):
 
     def clear(self):
         """Forget the samples seen so far."""
-        self.correct = np.zeros(self.num_classes, np.int64)
-        self.total = np.zeros(self.num_classes, np.int64)
+        self.confusion = np.zeros((self.num_classes, self.num_classes), np.int64)
+        self.top5_hits = 0
 
     def update(self, *inputs):
         """inputs: logits (N, C) and class indices (N,)."""
-        logits, labels = self._convert_data(inputs[0]), self._convert_data(inputs[1]).reshape(-1).astype(np.int64)
-        hit = logits.argmax(axis=-1) == labels
-        np.add.at(self.total, labels, 1)
-        np.add.at(self.correct, labels[hit], 1)
+        logits = np.asarray(self._convert_data(inputs[0]))
+        labels = np.asarray(self._convert_data(inputs[1])).reshape(-1).astype(np.int64)
+        pred = logits.argmax(axis=-1)  # first maximum on ties, as nn.Accuracy
+        np.add.at(self.confusion, (labels, pred), 1)
+        if self.num_classes > 5:  # with 5 classes or fewer, top-5 is 1.0 by construction
+            best5 = np.argsort(-logits, axis=-1, kind="stable")[:, :5]
+            self.top5_hits += int((best5 == labels[:, None]).any(axis=1).sum())
 
-    def eval(self):
-        """Per class, correct / seen."""
-        return [float(c / t) if t else None for c, t in zip(self.correct, self.total)]
+    def eval(self) -> dict:
+        """top1, top5 (None with 5 classes or fewer), per_class (None for an unseen class), confusion."""
+        total = int(self.confusion.sum())
+        if not total:
+            raise RuntimeError("Scores.eval: no sample was seen")  # as nn.Accuracy: an empty set is a bug
+        seen = self.confusion.sum(axis=1)
+        return {
+            "top1": float(np.trace(self.confusion) / total),
+            "top5": float(self.top5_hits / total) if self.num_classes > 5 else None,
+            "per_class": [float(self.confusion[c, c] / n) if n else None for c, n in enumerate(seen)],
+            # rows: true class, columns: predicted class
+            "confusion": self.confusion.tolist(),
+        }
+
+
+def scores(logits: np.ndarray, labels: np.ndarray, names: list) -> dict:
+    """Scores of a whole evaluation, with per-class accuracy and the confusion matrix under class names."""
+    metric = Scores(logits.shape[1])
+    metric.update(logits, labels)
+    result = metric.eval()
+    samples = np.asarray(result["confusion"]).sum(axis=1)
+    return {
+        "top1": result["top1"],
+        "top5": result["top5"],
+        "per_class": {n: {"accuracy": a, "samples": int(s)} for n, a, s in zip(names, result["per_class"], samples)},
+        # rows: true class, columns: predicted class, both in `labels` order
+        "confusion": {"labels": list(names), "matrix": result["confusion"]},
+    }
 
 
 def evaluation_metrics(num_classes: int) -> dict:
-    """The metrics of every evaluation: accuracy, loss, per-class accuracy and, above 5 classes, top-5."""
-    metrics = {"accuracy": nn.Accuracy(), "loss": nn.Loss(), "per_class_accuracy": PerClassAccuracy(num_classes)}
-    if num_classes > 5:  # with 5 classes or fewer, top-5 is 1.0 by construction
-        metrics["top5_accuracy"] = nn.TopKCategoricalAccuracy(5)
-    return metrics
+    """The metrics of every evaluation Model (fresh instances: metrics hold state): loss and Scores."""
+    return {"loss": nn.Loss(), "scores": Scores(num_classes)}
+
+
+def flat(results: Optional[dict]) -> dict:
+    """Model.eval's {"loss", "scores"} as the run reads them: accuracy, loss, top5_accuracy, per_class_accuracy."""
+    if not results:
+        return {}
+    s = results["scores"]
+    return {
+        "accuracy": s["top1"],
+        "loss": float(results["loss"]),
+        "top5_accuracy": s["top5"],
+        "per_class_accuracy": s["per_class"],
+    }
 
 
 def as_metrics(val: dict) -> dict:

@@ -1,15 +1,16 @@
 """Consumer of the `logger` group: where a run's params, metrics and artifacts go besides metrics.json.
 
-`csv` (default) needs nothing; `tensorboard` and `mlflow` come with `pip install -e .[loggers]`.
-Every logger gets the same calls: live values at each `log_every` step (when the monitor reads
-the loss anyway), then the run's final metrics and its artifacts.
+`logger` is a list of options (`logger=[tensorboard,wandb]`); metrics.csv is always written, as the
+run's own record. `csv` needs nothing; `tensorboard`, `mlflow` and `wandb` come with
+`pip install -e .[loggers]`. Every logger gets the same calls: live values at each `log_every` step
+(when the monitor reads the loss anyway), then the run's final metrics and its artifacts.
 """
 
 import csv
 import os
 
 from runner.config.tree import flat
-from runner.errors import ConfigError
+from runner.errors import ConfigError, UserError
 
 FINAL_KEYS = (
     "val_accuracy",
@@ -28,18 +29,41 @@ FINAL_KEYS = (
 def build_logger(
     logger_cfg, params: dict, experiment_name: str, run_dir: str, start_step: int = 0, prior_dir: str = None
 ):
-    """The logger the `logger` group names, started with the run's config (as a plain dict) as params.
+    """metrics.csv and the loggers the `logger` group names, started with the run's config (as a plain
+    dict) as params.
 
     start_step: a resumed run's global step; metrics.csv keeps prior_dir's rows (this run's by default)
     up to there."""
-    kind = logger_cfg.name
-    if kind == "csv":
-        return CsvLogger(run_dir, start_step, prior_dir)
-    # One flat dict of scalars: both backends take params as key -> string or number.
+    loggers: list = [CsvLogger(run_dir, start_step, prior_dir)]
+    # One flat dict of scalars: every backend takes params as key -> string or number.
     params = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat(params).items()}
-    if kind == "tensorboard":
-        return TensorBoardLogger(run_dir, params)
-    return MlflowLogger(logger_cfg, experiment_name, run_dir, params)
+    if logger_cfg.get("tensorboard") is not None:
+        loggers.append(TensorBoardLogger(run_dir, params))
+    if logger_cfg.get("mlflow") is not None:
+        loggers.append(MlflowLogger(logger_cfg.mlflow, experiment_name, run_dir, params))
+    if logger_cfg.get("wandb") is not None:
+        loggers.append(WandbLogger(logger_cfg.wandb, experiment_name, run_dir, params))
+    return Loggers(loggers)
+
+
+def chosen(logger_cfg) -> list:
+    """The names of the loggers a run writes: csv, then the chosen others."""
+    return ["csv", *(k for k in ("tensorboard", "mlflow", "wandb") if logger_cfg.get(k) is not None)]
+
+
+class Loggers:
+    """Several loggers as one: each call goes to every logger, metrics.csv first."""
+
+    def __init__(self, loggers: list):
+        self.loggers = loggers
+
+    def log_metrics(self, values: dict, step: int) -> None:
+        for logger in self.loggers:
+            logger.log_metrics(values, step)
+
+    def finish(self, metrics, artifacts: list) -> None:
+        for logger in self.loggers:
+            logger.finish(metrics, artifacts)
 
 
 def final_scalars(m) -> dict:
@@ -155,19 +179,19 @@ class TensorBoardLogger:
 class MlflowLogger:
     """An MLflow run: params, live and final metrics, and the run's config, metrics and plot as artifacts."""
 
-    def __init__(self, logger_cfg, experiment_name: str, run_dir: str, params: dict):
+    def __init__(self, mlflow_cfg, experiment_name: str, run_dir: str, params: dict):
         try:
             import mlflow
         except ImportError as e:
             raise ConfigError("logger=mlflow needs mlflow-skinny: pip install -e '.[loggers]'") from e
-        uri = logger_cfg.tracking_uri or "file:" + os.path.abspath("outputs/mlruns")
+        uri = mlflow_cfg.tracking_uri or "file:" + os.path.abspath("outputs/mlruns")
         if uri.startswith("file:"):
             # MLflow 3 keeps the file store in maintenance mode behind this opt-in; a local file
             # store needs no database and is what a laptop run wants.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.mlflow = mlflow
         mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(logger_cfg.experiment or experiment_name)
+        mlflow.set_experiment(mlflow_cfg.experiment or experiment_name)
         self.run = mlflow.start_run(run_name=os.path.basename(run_dir))
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         mlflow.set_tag("run_dir", run_dir)
@@ -181,3 +205,50 @@ class MlflowLogger:
             if os.path.exists(path):
                 self.mlflow.log_artifact(path)
         self.mlflow.end_run()
+
+
+class WandbLogger:
+    """A Weights & Biases run: the config, live and final metrics (the summary), and the run's config,
+    metrics and plot as files. Its local files go to <run_dir>/wandb; offline (WANDB_MODE=offline or
+    logger.wandb.mode=offline) it needs no network or login, and `wandb sync` uploads it later."""
+
+    def __init__(self, wandb_cfg, experiment_name: str, run_dir: str, params: dict):
+        try:
+            import wandb
+        except ImportError as e:
+            raise ConfigError("logger=wandb needs wandb: pip install -e '.[loggers]'") from e
+        self.wandb, self.run_dir = wandb, os.path.abspath(run_dir)
+        mode = str(wandb_cfg.mode) if wandb_cfg.mode is not None else None
+        try:
+            self.run = wandb.init(
+                project=wandb_cfg.project or experiment_name,
+                entity=wandb_cfg.entity,
+                group=wandb_cfg.group,
+                tags=list(wandb_cfg.tags) or None,
+                name=os.path.basename(self.run_dir),
+                dir=self.run_dir,
+                config=params,
+                mode=mode,
+                # The runner's console stays its own: the summary line must stay the last line of stdout.
+                settings=wandb.Settings(console="off"),
+            )
+        except Exception as e:  # wandb raises its own errors (no login, no network) and plain ones
+            raise UserError(
+                f"logger=wandb could not start a W&B run: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}. "
+                "Log in (`wandb login`), or log offline with WANDB_MODE=offline or logger.wandb.mode=offline "
+                f"(then `wandb sync {self.run_dir}/wandb/offline-run-*`)."
+            ) from None
+
+    def log_metrics(self, values: dict, step: int) -> None:
+        self.run.log(dict(values), step=step)
+
+    def finish(self, metrics, artifacts: list) -> None:
+        self.run.summary.update(final_scalars(metrics))
+        for path in artifacts:
+            if path and os.path.exists(path):
+                self.run.save(path, base_path=os.path.dirname(path), policy="now")
+        self.run.finish()
+        # finish() can return before W&B's core process has written the run's file (measured: an
+        # offline run file still 7 bytes long just after it); teardown waits for that process, so the
+        # record is complete when the run reports done.
+        self.wandb.teardown()

@@ -21,6 +21,7 @@ class RunMetrics:
     loss_curve: List[float] = field(default_factory=list)  # training loss of every step, across resumes
     val_curve: List[dict] = field(default_factory=list)  # {epoch, step, accuracy, loss} per validation while training
     best_checkpoint: Optional[dict] = None  # monitor, value, epoch, step, file of the best checkpoint
+    top_checkpoints: List[dict] = field(default_factory=list)  # the checkpoint.top_k kept best ones, best first
     early_stop: Optional[dict] = None  # stopped, monitor, patience, min_delta, epoch, step, reason, restored
     fine_tune: Optional[dict] = None  # init_from, loaded, reinitialised, unused, frozen, frozen_parameters
     # time
@@ -75,6 +76,7 @@ class RunMetrics:
     run_dir: str = ""
     resumed_from: Optional[str] = None  # the checkpoint this run continued from
     resume_changes: Dict[str, list] = field(default_factory=dict)  # key -> [saved, new] applied on resume
+    loggers: List[str] = field(default_factory=list)  # where the metrics also went: csv (always), then the chosen
     checkpoint: Optional[str] = None  # model.ckpt, the final FP32 weights; None when not saved
     plot: Optional[str] = None  # curves.png
     advice: List[str] = field(default_factory=list)  # notes grounded in these numbers

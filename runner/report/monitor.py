@@ -94,7 +94,7 @@ class RunMonitor(Callback):
         loss = float(_first(cb.net_outputs).asnumpy())  # the one host-device sync, every log_every
         per_step = self.intervals[-1] / self.steps_in_last_call() * 1000
         log.info(
-            "epoch %d step %d/%d loss %.4f step %.1f ms",
+            "epoch %d step %d/%d train_loss %.4f step %.1f ms",
             cb.cur_epoch_num,
             step,
             self.total_steps,
@@ -174,7 +174,7 @@ class RunMonitor(Callback):
 
 
 class _ProgressBar:
-    """rich's progress bar on a terminal; the runner's console log lines pause while it shows."""
+    """rich's progress bar on a terminal, with the console's log records printed above it."""
 
     def __init__(self, total: int, done: int = 0):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -187,23 +187,24 @@ class _ProgressBar:
             TextColumn("{task.fields[info]}"),
         )
         self.task = self.progress.add_task("train", total=total, completed=done, info="")
-        # Hydra's console handler writes to the real stdout, under the bar; runner.log keeps every line.
-        self.filtered = [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]
-        for h in self.filtered:
-            h.addFilter(self._hide_runner)
+        console = (sys.stdout, sys.stderr)
         self.progress.start()
-
-    @staticmethod
-    def _hide_runner(record) -> bool:
-        return record.name != "runner"
+        # While the bar shows, rich's Live puts proxies in sys.stdout/sys.stderr that print each line above
+        # the bar. Hydra's console handler kept the real stream, so it would write through the bar: it is
+        # pointed at the proxy for as long as the bar shows (runner.log is a file handler, untouched).
+        self.moved = []
+        for h in logging.getLogger().handlers:
+            if type(h) is logging.StreamHandler and h.stream in console:
+                proxy = sys.stdout if h.stream is console[0] else sys.stderr
+                self.moved.append((h, h.setStream(proxy)))
 
     def update(self, step: int):
         self.progress.update(self.task, completed=step)
 
     def show(self, loss: float, step_ms: float):
-        self.progress.update(self.task, info=f"loss {loss:.4f}  step {step_ms:.1f} ms")
+        self.progress.update(self.task, info=f"train_loss {loss:.4f}  step {step_ms:.1f} ms")
 
     def close(self):
+        for h, stream in self.moved:
+            h.setStream(stream)
         self.progress.stop()
-        for h in self.filtered:
-            h.removeFilter(self._hide_runner)

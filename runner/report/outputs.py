@@ -10,6 +10,7 @@ from importlib import metadata
 from omegaconf import OmegaConf
 
 from runner.report.metrics import RunMetrics
+from runner.rundir.layout import RunDir
 
 log = logging.getLogger("runner")
 
@@ -28,8 +29,17 @@ def peak_rss_mb() -> float:
 
 
 def write_config(run_dir: str, cfg) -> str:
-    """Save the resolved config so `python -m runner --config-path <run_dir> --config-name config` re-runs it."""
+    """Save the resolved config so `python -m runner --config-path <run_dir> --config-name config` re-runs it.
+
+    A resume keeps the config.yaml its run started with (it copied the source's when it branched into a
+    new directory); what the resume changed goes to history.json (runner/rundir/resume_check.py). So the
+    saved config re-runs to the same result whatever the run's history, and holds no `resume`.
+    """
+    path = RunDir(run_dir).config
+    if os.path.exists(RunDir(run_dir).history) and os.path.exists(path):  # this run resumed
+        return path
     body = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    body["resume"] = None  # how the run came to be is history, not configuration
     rerun = {
         # The saved values are checked against the same schema, and re-runs land beside the original.
         "defaults": ["base_config", "_self_"],
@@ -39,7 +49,6 @@ def write_config(run_dir: str, cfg) -> str:
         },
         **body,
     }
-    path = os.path.join(run_dir, "config.yaml")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(OmegaConf.to_yaml(OmegaConf.create(rerun)))
@@ -71,12 +80,19 @@ def plot(m: RunMetrics, series: dict, title: str) -> None:
 
 def summary_line(m: RunMetrics) -> str:
     """The one line a user reads at the end of a run."""
+    # Two losses, labelled: the validation loss of the model the run ends with (after early stopping, the
+    # restored best one), and the training loss of the last step taken (whose weights a restore discarded).
     acc = f"val_acc {m.val_accuracy:.4f}" if m.val_accuracy is not None else "val_acc -"
+    if m.val_loss is not None:
+        acc += f" val_loss {m.val_loss:.4f}"
+    stop = m.early_stop or {}
+    if stop.get("restored"):
+        acc += f" (restored best, step {stop.get('restored_step')})"
     f = m.flops or {}
     util = f" ({f['utilization']:.0%} of matmul peak)" if f.get("utilization") is not None else ""
     gflops = f" | {f['achieved_gflops_per_s']:.1f} GFLOP/s{util}" if f else ""
     return (
-        f"{acc} | loss {m.final_loss:.4f} | compile {m.compile_seconds:.2f} s "
+        f"{acc} | train_loss {m.final_loss:.4f} (last step) | compile {m.compile_seconds:.2f} s "
         f"({m.compile_count}x) | step {m.step_time_median_ms:.1f} ms (median) "
         f"{m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops} | "
         f"peak RSS {m.peak_host_memory_mb:.0f} MB | "
@@ -84,9 +100,53 @@ def summary_line(m: RunMetrics) -> str:
     )
 
 
-def finish(m: RunMetrics, logger) -> None:
-    """Log the advice and hand the final metrics and artifacts to the configured logger."""
-    for note in m.advice:
-        log.info("note: %s", note)
-    artifacts = [os.path.join(m.run_dir, n) for n in ("config.yaml", "metrics.json")] + [m.plot]
+def finish(m: RunMetrics, logger, advise: bool = True) -> None:
+    """Log the advice (advise=False: not printed, still in metrics.json) and hand the final metrics and
+    artifacts to the configured logger. In a sweep the summary prints each note once for all jobs."""
+    if advise and not _in_sweep():
+        for note in m.advice:
+            log.info("note: %s", note)
+    artifacts = [RunDir(m.run_dir).config, RunDir(m.run_dir).metrics, m.plot]
     logger.finish(m, artifacts)
+
+
+def _in_sweep() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:  # no Hydra (the Python API): a single run
+        return False
+
+
+class _Warnings(logging.Handler):
+    """The runner's warnings during this run, for the recap under the summary line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+_warnings = _Warnings()
+
+
+def watch_warnings() -> None:
+    """Start recording the `runner` logger's warnings and errors (for warnings_recap)."""
+    _warnings.messages.clear()
+    runner_log = logging.getLogger("runner")
+    if _warnings not in runner_log.handlers:
+        runner_log.addHandler(_warnings)
+
+
+def warnings_recap() -> str:
+    """The run's warnings again, under the summary line ("" when there were none)."""
+    if not _warnings.messages:
+        return ""
+    lines = [f"- {' '.join(m.split())}" for m in dict.fromkeys(_warnings.messages)]
+    return f"\n{len(lines)} warning{'s' if len(lines) > 1 else ''} during the run (also in runner.log):\n" + "\n".join(
+        lines
+    )

@@ -1,10 +1,11 @@
-"""PNG charts: a run's curves over its steps, and a sweep's throughput and compile time per job."""
+"""PNG charts: a run's curves over its steps, a sweep's throughput and compile time per job, a confusion matrix."""
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never a window, also without a display
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def run_plot(series: dict, path: str, title: str, val_curve=None) -> str:
@@ -61,6 +62,32 @@ def sweep_chart(rows: list, path: str, title: str) -> str:
     b.barh(y, comp, color="tab:orange")
     b.set_xlabel("compile time (s)")
     fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def confusion_plot(confusion: dict, path: str, title: str) -> str:
+    """The confusion matrix as a heat map, counts written in the cells while they stay legible."""
+    m = np.asarray(confusion["matrix"])
+    names = confusion["labels"]
+    k = len(names)
+    size = min(12, 2.5 + 0.45 * k)
+    fig, ax = plt.subplots(figsize=(size, size))
+    share = m / np.maximum(m.sum(axis=1, keepdims=True), 1)
+    ax.imshow(share, cmap="Blues", vmin=0, vmax=1)  # colour: share of the true class
+    if k <= 25:
+        for i in range(k):
+            for j in range(k):
+                if m[i, j]:
+                    colour = "white" if share[i, j] > 0.5 else "black"
+                    ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=8, color=colour)
+        ax.set_xticks(range(k), names, rotation=90 if max(map(len, names)) > 3 else 0, fontsize=8)
+        ax.set_yticks(range(k), names, fontsize=8)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from runner.config.tree import flat
 from runner.report import advice
 from runner.report.metrics import RunMetrics
+from runner.rundir.layout import CONFIG, FAILED, METRICS
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,21 @@ COLUMNS = [
     ("compile_count", "compiles", "{}"),
     ("achieved_gflops_per_s", "GFLOP/s", "{:.1f}"),
 ]
+# Settings that change how fast a job runs: a speedup column compares jobs that differ in one of them. A
+# sweep over seeds or learning rates measures the same speed several times, and a column would show noise.
+SPEED = (
+    "mode",
+    "amp",
+    "sink",
+    "batch_size",
+    "padding",
+    "model",
+    "device",
+    "distributed",
+    "ladder",
+    "data",
+    "optim.accumulate_steps",
+)
 # Keys that name the job rather than change what it measures.
 IGNORED = ("experiment_name", "ladder", "logger", "save_checkpoint", "defaults", "hydra")
 
@@ -78,6 +94,7 @@ class SweepSummary(Callback):
         _failed.extend(r for r in rows if r.status == "failed")
         notes = summarize(rows, sweep_dir, str(config.experiment_name))
         print(markdown(rows, notes), flush=True)
+        print(f"Sweep summary: {sweep_dir / 'summary.md'} (and summary.csv, summary.png there).", flush=True)
         from hydra_plugins.runner_launcher.isolated_launcher import interruption
 
         stop = interruption()
@@ -94,13 +111,15 @@ def collect(sweep_dir: Path) -> list:
     """One JobRow per job directory, in job order, with the overrides that tell the jobs apart."""
     rows = []
     for job_dir in sweep_dir.iterdir():
-        if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / "failed.json").exists()):
+        if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / FAILED).exists()):
             continue
         rows.append(_row(job_dir))
     rows.sort(key=lambda r: (r.job if isinstance(r.job, int) else math.inf, r.dir))
     varying = _varying_overrides([r.overrides for r in rows])
     for r in rows:
         r.label = " ".join(o for o in r.overrides if o.split("=")[0] in varying) or "(same overrides)"
+    if not any(k.lstrip("+~").startswith(SPEED) for k in varying):
+        return rows  # no speed setting differs: no speedup column
     base = rows[0].value("throughput_samples_per_s")
     for r in rows:
         thr = r.value("throughput_samples_per_s")
@@ -116,7 +135,7 @@ def _row(job_dir: Path) -> JobRow:
     if (hydra_dir / "hydra.yaml").exists():
         num = OmegaConf.load(hydra_dir / "hydra.yaml").hydra.job.num
     row = JobRow(int(num) if str(num).isdigit() else num, str(job_dir), list(overrides))
-    metrics, failed = job_dir / "metrics.json", job_dir / "failed.json"
+    metrics, failed = job_dir / METRICS, job_dir / FAILED
     if failed.exists():
         info = json.loads(failed.read_text())
         if info.get("error_type") == "Interrupted":
@@ -131,8 +150,8 @@ def _row(job_dir: Path) -> JobRow:
         row.status, row.error = "failed", "no metrics.json (the job did not finish)"
         return row
     row.metrics = RunMetrics.read(str(metrics))
-    if (job_dir / "config.yaml").exists():
-        body = OmegaConf.to_container(OmegaConf.load(job_dir / "config.yaml"))
+    if (job_dir / CONFIG).exists():
+        body = OmegaConf.to_container(OmegaConf.load(job_dir / CONFIG))
         row.config = {k: v for k, v in flat(body).items() if k.split(".")[0] not in IGNORED}
     return row
 
@@ -140,9 +159,14 @@ def _row(job_dir: Path) -> JobRow:
 def summarize(rows: list, sweep_dir: Path, title: str) -> list:
     """Write summary.csv, summary.md and summary.png; return the sweep's advice notes."""
     notes = advice.sweep_notes(rows)
+    # Each job's own notes once, with the jobs they concern (most often all of them); none from failed jobs.
+    jobs_of: dict = {}
     for r in rows:
-        for n in r.metrics.advice if r.metrics else []:
-            notes.append(f"#{r.job}: {n}")
+        for n in r.metrics.advice if r.metrics and r.status == "ok" else []:
+            jobs_of.setdefault(n, []).append(f"#{r.job}")
+    ok = sum(r.status == "ok" for r in rows)
+    for n, jobs in jobs_of.items():
+        notes.append(f"{'all jobs' if len(jobs) == ok > 1 else ', '.join(jobs)}: {n}")
     fields = ["job", "label", "status", *[c[0] for c in COLUMNS], "error", "overrides", "dir"]
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -168,12 +192,13 @@ def summarize(rows: list, sweep_dir: Path, title: str) -> list:
 
 
 def markdown(rows: list, notes: list) -> str:
-    """The summary table (speedup against the first job) followed by the advice notes."""
-    head = ["job", "overrides", "status", *[c[1] for c in COLUMNS]]
+    """The summary table (speedup against the first job, when a speed setting differs) and the advice notes."""
+    columns = [c for c in COLUMNS if c[0] != "speedup" or any(r.speedup is not None for r in rows)]
+    head = ["job", "overrides", "status", *[c[1] for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"#{r.job}", r.label, f"{r.status}: {r.error}" if r.error else r.status]
-        for key, _, fmt in COLUMNS:
+        for key, _, fmt in columns:
             v = r.value(key)
             cells.append(fmt.format(v) if v is not None and r.status == "ok" else "-")
         # One table row per job: a multi-line error or a pipe would break the table.

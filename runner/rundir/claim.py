@@ -7,9 +7,9 @@ import os
 from typing import Optional
 
 from runner.errors import UserError
+from runner.rundir.layout import RunDir
 
 log = logging.getLogger("runner")
-COMPLETE = ".runner.complete"  # written last: the run's outputs are all there
 
 
 def claim(cfg, run_dir: str, overrides) -> bool:
@@ -21,20 +21,18 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     resume's configuration is checked against the saved one (runner/rundir/resume_check.py). The same
     decision is made before Hydra starts (check_run_dir), so a refusal normally comes from there.
     """
-    from runner.rundir import lock
-    from runner.rundir import resume_check as resume_config
+    from runner.rundir import lock, resume_check
 
+    _check_foreign(os.path.abspath(run_dir), "run_dir")  # the Python API's run_dir; the CLI checked before Hydra
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
     source, changes, done = _decide(cfg, run_dir, overrides)
-    stale = os.path.join(run_dir, resume_config.RECORD)
     if source is None:
-        if os.path.exists(stale):
-            os.remove(stale)
+        for stale in (RunDir(run_dir).resume_record, RunDir(run_dir).history):  # a fresh start records no resume
+            if os.path.exists(stale):
+                os.remove(stale)
         return False
-    from runner.rundir.atomic import write_json
-
-    write_json(stale, {"from": source, "changes": changes})  # what the resume applies, for metrics.json
+    resume_check.check(cfg, source, run_dir, overrides)  # records what the resume applies
     if done and "epochs" not in changes:
         print(
             f"The run in {source} is already complete ({done.get('steps')} steps, {cfg.epochs} epochs); "
@@ -50,8 +48,8 @@ def claim(cfg, run_dir: str, overrides) -> bool:
 def _decide(cfg, run_dir: str, overrides):
     """(source run to resume or None, the changes a resume applies, the source's completion record or
     None), or UserError for a run this directory and configuration cannot start. Writes nothing."""
-    from runner.rundir import resume_check as resume_config
-    from runner.rundir.resume_check import has_checkpoint, resume_source
+    from runner.rundir import resume_check
+    from runner.rundir.resume_check import resume_source
 
     source = resume_source(cfg.resume, run_dir)
     held = _holds_run(run_dir)
@@ -62,12 +60,12 @@ def _decide(cfg, run_dir: str, overrides):
             f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
             "choose another hydra.run.dir."
         )
-    if source is None or not (has_checkpoint(os.path.join(source, "checkpoints")) or _complete(source)):
+    if source is None or not (RunDir(source).has_checkpoint() or _complete(source)):
         return None, {}, None
-    changes = resume_config.check(cfg, source, run_dir, overrides, record=False)
+    changes = resume_check.check(cfg, source, run_dir, overrides, record=False)
     # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
     done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
-    if done and "epochs" in changes and not has_checkpoint(os.path.join(source, "checkpoints")):
+    if done and "epochs" in changes and not RunDir(source).has_checkpoint():
         raise UserError(
             f"The run in {source} cannot be extended: it saved no resumable checkpoint "
             "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
@@ -93,19 +91,22 @@ def check_new_dir(directory: str, what: str) -> None:
         )
 
 
+def _check_foreign(run_dir: str, setting: str) -> None:
+    if os.path.isdir(run_dir) and os.listdir(run_dir) and not ours(run_dir):
+        raise UserError(
+            f"{run_dir} holds files that are not a run of this runner ({', '.join(sorted(os.listdir(run_dir))[:3])}, "
+            "...), and a run writes config.yaml, model.ckpt, metrics.json and more into its directory. A run starts "
+            f"only in a new or empty directory or one holding its own run (resume=true): choose another {setting}."
+        )
+
+
 def check_run_dir(cfg, run_dir: str, overrides, in_sweep: bool = False) -> None:
     """Before Hydra writes anything (.hydra/, the log) into run_dir: UserError unless it is new, empty,
     or holds this runner's run that this configuration may continue (resume) or start afresh in."""
     from runner.training.distributed import in_msrun
 
     run_dir = os.path.abspath(run_dir)
-    if os.path.isdir(run_dir) and os.listdir(run_dir) and not ours(run_dir):
-        raise UserError(
-            f"{run_dir} holds files that are not a run of this runner ({', '.join(sorted(os.listdir(run_dir))[:3])}, "
-            "...), and a run writes config.yaml, model.ckpt, metrics.json and more into its directory. A run starts "
-            "only in a new or empty directory or one holding its own run (resume=true): choose another "
-            f"{'hydra.sweep.dir' if in_sweep else 'hydra.run.dir'}."
-        )
+    _check_foreign(run_dir, "hydra.sweep.dir" if in_sweep else "hydra.run.dir")
     if not in_msrun():  # msrun's ranks join the directory their launcher has claimed
         _decide(cfg, run_dir, overrides)
 
@@ -114,13 +115,15 @@ def run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:
     """The run directory a resumable checkpoint belongs to (<run>/checkpoints/step_N.ckpt), if it is one."""
     if not ckpt_path:
         return None
-    ckpt_dir = os.path.dirname(os.path.abspath(ckpt_path))
-    return os.path.dirname(ckpt_dir) if os.path.basename(ckpt_dir) == "checkpoints" else None
+    from runner.rundir.layout import of_checkpoints
+
+    run = of_checkpoints(os.path.dirname(os.path.abspath(ckpt_path)))
+    return run.path if run else None
 
 
 def _complete(run_dir: str) -> Optional[dict]:
     try:
-        with open(os.path.join(run_dir, COMPLETE)) as f:
+        with open(RunDir(run_dir).complete) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
@@ -128,12 +131,10 @@ def _complete(run_dir: str) -> Optional[dict]:
 
 def _holds_run(run_dir: str) -> Optional[str]:
     """What in run_dir shows an earlier run that a fresh start would overwrite (None: nothing)."""
-    from runner.rundir.resume_check import has_checkpoint
-
     if _complete(run_dir):
         return "a finished run"
-    if has_checkpoint(os.path.join(run_dir, "checkpoints")):
+    if RunDir(run_dir).has_checkpoint():
         return "an unfinished run with checkpoints"
-    if os.path.exists(os.path.join(run_dir, "metrics.json")):
+    if os.path.exists(RunDir(run_dir).metrics):
         return "a run's metrics.json"
     return None

@@ -8,15 +8,14 @@ applied: the learning-rate schedule is rebuilt from the new config on every star
 not load the stored one), so more epochs or an explicit optim.lr=... take effect from the resumed step.
 """
 
-import glob
 import json
 import logging
 import os
-import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from runner.config.tree import flat
 from runner.errors import ConfigError
+from runner.rundir import layout
 
 log = logging.getLogger("runner")
 
@@ -46,8 +45,9 @@ CHANGEABLE = (
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
 IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
-RECORD = "resume.json"  # in the run directory: what the last resume changed
-STATE = "latest.json"  # in <run>/checkpoints: the latest resumable checkpoint (runner/training/checkpoints.py)
+# history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes"} each). config.yaml
+# stays the configuration the run started with, so re-running it gives the same result whatever happened
+# since; the run's current settings are config.yaml with these changes applied (current()).
 
 # Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
 
@@ -71,20 +71,9 @@ def resume_source(resume, run_dir: str) -> Optional[str]:
     path = os.path.abspath(str(resume))
     if os.path.isfile(path):
         path = os.path.dirname(path)
-    if os.path.basename(path) == "checkpoints":
+    if os.path.basename(path) == layout.CHECKPOINTS:
         path = os.path.dirname(path)
-    return path if os.path.isfile(os.path.join(path, "config.yaml")) else None
-
-
-def has_checkpoint(ckpt_dir: str) -> bool:
-    """Whether ckpt_dir holds latest.json or any step_*.ckpt."""
-    return os.path.exists(os.path.join(ckpt_dir, STATE)) or bool(step_files(ckpt_dir))
-
-
-def step_files(ckpt_dir: str) -> List[str]:
-    """step_*.ckpt files in ckpt_dir, newest (highest step) first."""
-    names = [os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(ckpt_dir), "step_*.ckpt"))]
-    return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
+    return path if os.path.isfile(layout.RunDir(path).config) else None
 
 
 def _under(key: str, prefixes: Iterable[str]) -> bool:
@@ -154,6 +143,17 @@ def read_saved_config(path: str) -> dict:
             f"{path} {what}; it is the run's saved configuration, written when the run started: restore it, "
             "or pass another run."
         )
+    return _upgraded(saved)
+
+
+def _upgraded(saved: dict) -> dict:
+    """A config saved by an earlier version, in today's shape: `logger` was one logger,
+    `{name: mlflow, tracking_uri: ..., experiment: ...}`; it is a list of them keyed by name now."""
+    logger = saved.get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("name"), str):
+        name = logger["name"]
+        settings = {k: v for k, v in logger.items() if k != "name" and v is not None} if name == "mlflow" else {}
+        saved = {**saved, "logger": {name: settings}}
     return saved
 
 
@@ -162,11 +162,11 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: 
     record (run_dir/resume.json, unless record=False: the check before Hydra starts) what changes are applied."""
     from omegaconf import OmegaConf
 
-    path = os.path.join(source_dir, "config.yaml")
+    path = layout.RunDir(source_dir).config
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
-    saved = _with_defaults(read_saved_config(path))
+    saved = _with_defaults(current(source_dir))
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changes, refused = compare(saved, new, override_keys(overrides))
     if refused:
@@ -186,14 +186,44 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: 
     if record:
         from runner.rundir.atomic import write_json
 
-        write_json(os.path.join(run_dir, RECORD), {"from": source_dir, "changes": changes})
+        history = _history(source_dir)
+        if os.path.abspath(source_dir) != os.path.abspath(
+            run_dir
+        ):  # a branch into a new directory: its start is the source's
+            import shutil
+
+            os.makedirs(run_dir, exist_ok=True)
+            shutil.copyfile(path, layout.RunDir(run_dir).config)
+        write_json(layout.RunDir(run_dir).history, history + [{"from": source_dir, "changes": changes}])
+        write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
     return changes
+
+
+def _history(run_dir: str) -> list:
+    try:
+        with open(layout.RunDir(run_dir).history) as f:
+            return list(json.load(f))
+    except (OSError, ValueError):
+        return []
+
+
+def current(run_dir: str) -> dict:
+    """The run's configuration now (as a plain dict): its config.yaml with every resume's changes applied."""
+    body = read_saved_config(layout.RunDir(run_dir).config)
+    for entry in _history(run_dir):
+        for key, (_, new) in entry.get("changes", {}).items():
+            node = body
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = new
+    return body
 
 
 def recorded(run_dir: str) -> Dict[str, list]:
     """The changes the resume of this run applied (resume.json), {} when there is none."""
     try:
-        with open(os.path.join(run_dir, RECORD)) as f:
+        with open(layout.RunDir(run_dir).resume_record) as f:
             return json.load(f).get("changes", {})
     except (OSError, ValueError):
         return {}

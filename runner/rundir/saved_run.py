@@ -20,10 +20,19 @@ from runner.config.schema import Config
 from runner.datasets.settings import DataConfig
 from runner.errors import ConfigError, UserError, print_user_error, user_errors
 from runner.models.errors import ModelError
+from runner.rundir.layout import (
+    CHECKPOINTS,
+    CONFIG,
+    LAST_GOOD,
+    MODEL,
+    RunDir,
+    StateProblem,
+    read_checkpoint,
+    read_state,
+)
 
 log = logging.getLogger("runner")
 
-CONFIG = "config.yaml"
 
 # `data.<field>=...` overrides on the commands: every data field, optional, None = the run's value.
 # Generated from DataConfig so the commands type-check overrides exactly as training does.
@@ -86,15 +95,16 @@ def config_path(run_dir: str) -> str:
 
 
 def load_config(run_dir: str, data_overrides=None):
-    """The run's configuration, typed by the runner's schema, with `data.*` overrides applied and validated.
+    """The run's configuration now (config.yaml and what its resumes changed, runner/rundir/resume_check.py),
+    typed by the runner's schema, with `data.*` overrides applied and validated.
 
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     from runner.config.checks import validate
-    from runner.rundir.resume_check import read_saved_config
+    from runner.rundir.resume_check import current
 
     path = config_path(run_dir)
-    saved = read_saved_config(path)
+    saved = current(run_dir)  # config.yaml with what the run's resumes changed
     try:
         body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)
@@ -133,87 +143,56 @@ def before_mindspore(cfg) -> None:
     cap_cpu_isa(cfg.device, cfg.model.conv)
 
 
-def build(cfg, batch_size: Optional[int] = None):
-    """(Data, network) through the training builders; batch_size None = the run's (its global batch)."""
+def build(cfg, batch_size: Optional[int] = None, num_classes: Optional[int] = None):
+    """(Data, network) through the training builders; batch_size None = the run's (its global batch);
+    num_classes: the classes the run trained on (classes.json), None = the data's count."""
     from runner.datasets import build_data
     from runner.models import build_model
 
     data = build_data(cfg.data, cfg.padding, batch_size or cfg.batch_size, cfg.seed)
-    net = build_model(cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    net = build_model(cfg.model, num_classes or data.num_classes, data.channels, min(data.height, data.width))
     return data, net
 
 
 def checkpoint_path(run_dir: str, ckpt: str) -> str:
     """The file `ckpt=` names: final (model.ckpt), last or best (checkpoints/latest.json), or a path."""
-    from runner.training.checkpoints import STATE
-
+    run = RunDir(run_dir)
     ckpt = str(ckpt)
     if ckpt == "final":
-        path = os.path.join(run_dir, "model.ckpt")
-        if not os.path.isfile(path):
-            raise ConfigError(f"ckpt=final: {run_dir} has no model.ckpt. {_available(run_dir)}")
-        return path
+        if not os.path.isfile(run.model):
+            raise ConfigError(f"ckpt=final: {run_dir} has no {MODEL}. {_available(run)}")
+        return run.model
     if ckpt in ("last", "best"):
-        state = os.path.join(run_dir, "checkpoints", STATE)
-        if not os.path.isfile(state):
-            raise ConfigError(f"ckpt={ckpt}: {run_dir} has no checkpoints/{STATE}. {_available(run_dir)}")
-        info = read_latest(state, f"ckpt={ckpt}", _available(run_dir))
-        name = info["latest"] if ckpt == "last" else (info.get("best") or {}).get("file")
-        if not name:
-            raise ConfigError(f"ckpt=best: {state} records no best checkpoint. {_available(run_dir)}")
-        path = os.path.join(run_dir, "checkpoints", name)
-        if not os.path.isfile(path):
-            raise ConfigError(f"ckpt={ckpt}: {state} names {name}, which is missing. {_available(run_dir)}")
-        return path
-    for cand in (ckpt, os.path.join(run_dir, ckpt), os.path.join(run_dir, "checkpoints", ckpt)):
+        try:
+            state = read_state(run.checkpoints)
+        except StateProblem as e:
+            raise ConfigError(f"ckpt={ckpt}: {e}. {_available(run)}") from None
+        if ckpt == "last":
+            return state["path"]
+        if not state.get("best"):
+            raise ConfigError(f"ckpt=best: {run.state} records no best checkpoint. {_available(run)}")
+        best = run.checkpoint(state["best"]["file"])
+        if not os.path.isfile(best):
+            raise ConfigError(
+                f"ckpt=best: {run.state} names {state['best']['file']}, which is missing. {_available(run)}"
+            )
+        return best
+    for cand in (ckpt, os.path.join(run_dir, ckpt), run.checkpoint(ckpt)):
         if os.path.isfile(cand):
             return cand
-    raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run_dir)}")
+    raise ConfigError(f"ckpt={ckpt}: no such checkpoint file. {_available(run)}")
 
 
-def read_latest(state: str, option: str, hint: str) -> dict:
-    """checkpoints/latest.json as training wrote it ({"latest": file name, "best": {"file"...} or None});
-    a ConfigError naming `option` and the file when it is not JSON or not of that form."""
-    import json
-
-    try:
-        with open(state) as f:
-            info = json.load(f)
-        best = info.get("best") or {}
-        names = [info["latest"]] + ([best["file"]] if best else [])
-        if not all(isinstance(n, str) and n and os.path.basename(n) == n for n in names):
-            raise ValueError(f"checkpoint names {names} are not file names")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
-        raise ConfigError(
-            f"{option}: {state} is unreadable ({type(e).__name__}: {' '.join(str(e).split())[:120]}), so it does "
-            f"not say which checkpoint that is. {hint}"
-        ) from None
-    return info
-
-
-def _available(run_dir: str) -> str:
-    found = [n for n in ("model.ckpt", "last_good.ckpt") if os.path.isfile(os.path.join(run_dir, n))]
-    ckdir = os.path.join(run_dir, "checkpoints")
-    if os.path.isdir(ckdir):
-        found += sorted(f"checkpoints/{n}" for n in os.listdir(ckdir) if n.endswith(".ckpt"))
+def _available(run: RunDir) -> str:
+    found = [n for n in (MODEL, LAST_GOOD) if os.path.isfile(os.path.join(run.path, n))]
+    if os.path.isdir(run.checkpoints):
+        found += sorted(f"{CHECKPOINTS}/{n}" for n in os.listdir(run.checkpoints) if n.endswith(".ckpt"))
     if not found:
         return "The run saved no checkpoint (save_checkpoint=false, or it stopped before saving)."
     return (
         f"Checkpoints in the run: {', '.join(found)} (ckpt=final|last|best, or a path; a path relative "
         "to the run directory works too)."
     )
-
-
-def read_checkpoint(path: str) -> dict:
-    """MindSpore's own checkpoint reader (never pickle); a ConfigError when the file is not a checkpoint."""
-    import mindspore as ms
-
-    try:
-        return ms.load_checkpoint(path)
-    except (ValueError, RuntimeError, OSError, TypeError) as e:
-        raise ConfigError(
-            f"{path} cannot be read as a MindSpore checkpoint ({str(e).strip().splitlines()[0]})."
-        ) from None
 
 
 def load_weights(net, params: dict, path: str, cfg) -> dict:
@@ -257,13 +236,6 @@ def load_weights(net, params: dict, path: str, cfg) -> dict:
 EVALUATE_HINT = "Use another checkpoint of the run (ckpt=last|best|final, or a step_*.ckpt in its checkpoints/)."
 
 
-def _nptype(param):
-    import mindspore as ms
-    import numpy as np
-
-    return np.dtype(ms.dtype_to_nptype(param.dtype))
-
-
 def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT) -> dict:
     """values (name -> the checkpoint's tensor) in the dtypes of own (name -> the network's Parameter).
 
@@ -273,15 +245,12 @@ def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT
     fail on them with a traceback.
     """
     import mindspore as ms
-    import numpy as np
+    from mindspore.common.dtype import float_type
 
     from runner.training.checkpoints import nonfinite_params
 
-    arrays = {n: v.asnumpy() for n, v in values.items()}
     nonfloat = [
-        f"{n} ({a.dtype})"
-        for n, a in arrays.items()
-        if np.issubdtype(_nptype(own[n]), np.floating) and not np.issubdtype(a.dtype, np.floating)
+        f"{n} ({v.dtype})" for n, v in values.items() if own[n].dtype in float_type and v.dtype not in float_type
     ]
     bad = nonfinite_params(values)
     if nonfloat or bad:
@@ -291,11 +260,9 @@ def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT
         raise ConfigError(
             f"{path} cannot be used: {what}; a model with such weights gives no meaningful result. {hint}"
         )
-    out = {}
-    for n, a in arrays.items():
-        want = _nptype(own[n])
-        out[n] = ms.Parameter(ms.Tensor(a.astype(want)), name=n) if a.dtype != want else values[n]
-    return out
+    return {
+        n: v if v.dtype == own[n].dtype else ms.Parameter(v.astype(own[n].dtype), name=n) for n, v in values.items()
+    }
 
 
 @dataclass
@@ -315,16 +282,88 @@ def open_run(run_dir: str, ckpt: str, cfg, batch_size: Optional[int] = None) -> 
     path = checkpoint_path(run_dir, ckpt)
     target = set_up_device(cfg)
     params = read_checkpoint(path)
-    data, net = build(cfg, batch_size)
+    data, net = build(cfg, batch_size, (read_classes(run_dir) or {}).get("num_classes"))
     record = load_weights(net, params, path, cfg)
     return SavedRun(cfg, target, data, net, record)
 
 
-def class_names(data, outputs: int) -> list:
-    """Names of the network's `outputs` classes in index order: the training data's names where it had
-    them (an image folder's class folders), else the indices (also for outputs beyond the data's classes)."""
-    names = list(getattr(data, "class_names", None) or [])
+def class_names(data, outputs: int, recorded: Optional[list] = None) -> list:
+    """Names of the network's `outputs` classes in index order: those the run recorded when it trained
+    (classes.json), else the data's names where it has them (an image folder's class folders), else
+    the indices (also for outputs beyond the named classes)."""
+    names = list(recorded or getattr(data, "class_names", None) or [])
     return [names[i] if i < len(names) else str(i) for i in range(outputs)]
+
+
+CLASSES = "classes.json"  # beside config.yaml: the class names the network's outputs stand for
+
+
+def write_classes(run_dir: str, data) -> None:
+    """Record the training data's class names in label order (null where the data names none)."""
+    from runner.rundir.atomic import write_json
+
+    names = getattr(data, "class_names", None)
+    write_json(
+        os.path.join(run_dir, CLASSES),
+        {"names": [str(n) for n in names] if names else None, "num_classes": int(data.num_classes)},
+    )
+
+
+def read_classes(run_dir: str) -> Optional[dict]:
+    """The run's classes.json ({"names": list or None, "num_classes": int}), or None for a run of an older
+    version. A ConfigError when the file is there but unreadable."""
+    import json
+
+    path = os.path.join(run_dir, CLASSES)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        names, count = info["names"], info["num_classes"]
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise ValueError(f"names is {type(names).__name__}, not a list of strings")
+        if not isinstance(count, int) or count < 1 or (names and len(names) != count):
+            raise ValueError(f"num_classes {count!r} is not the number of names")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(
+            f"{path} is unreadable ({type(e).__name__}: {' '.join(str(e).split())[:120]}); it records which class "
+            "each output of the run's network stands for, so the run's classes cannot be checked. Restore it."
+        ) from None
+    return info
+
+
+def recorded_classes(run_dir: str) -> Optional[list]:
+    """The class names the run trained with (classes.json), or None: a run of an older version, or data
+    without names."""
+    return (read_classes(run_dir) or {}).get("names")
+
+
+def match_classes(recorded: Optional[list], data, what: str, by_name: bool, hint: str):
+    """None when the data's classes are the run's (or one side names none); with by_name, the index of each
+    data label among the run's outputs. Otherwise a ConfigError: labels of other classes than the network
+    was trained on make every number computed from them wrong (a renamed folder gives top-1 0.0)."""
+    import numpy as np
+
+    names = [str(n) for n in (getattr(data, "class_names", None) or [])]
+    if not recorded or not names or names == list(recorded):
+        return None
+    if by_name and not set(names) - set(recorded):
+        return np.asarray([recorded.index(n) for n in names], dtype=np.int64)
+    unknown = [n for n in names if n not in recorded]
+    lost = [n for n in recorded if n not in names]
+
+    def few(xs):
+        return ", ".join(xs[:6]) + (f" and {len(xs) - 6} more" if len(xs) > 6 else "")
+
+    if unknown or lost:
+        diff = f"the data has {few(unknown) or 'none'} that the run lacks and lacks {few(lost) or 'none'} of the run's"
+    else:
+        diff = "the same names in another order"
+    raise ConfigError(
+        f"{what} has other classes than the run was trained on ({CLASSES}: {few(list(recorded))}; the data: "
+        f"{few(names)}): {diff}, so its labels do not mean the network's outputs. {hint}"
+    )
 
 
 def inference_net(net, cfg, amp: bool, target: str, out_dir: str):
@@ -341,9 +380,11 @@ def inference_net(net, cfg, amp: bool, target: str, out_dir: str):
     return out, level
 
 
-def num_outputs(cfg, data) -> int:
-    """Classes the network predicts: model.num_classes, or the data's count."""
-    return cfg.model.num_classes or data.num_classes
+def num_outputs(cfg, data, run_dir: Optional[str] = None) -> int:
+    """Classes the network predicts: model.num_classes, or the count the run trained on (its classes.json),
+    or the data's count."""
+    recorded = (read_classes(run_dir) or {}).get("num_classes") if run_dir else None
+    return cfg.model.num_classes or recorded or data.num_classes
 
 
 def padding_record(padding) -> dict:

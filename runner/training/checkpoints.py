@@ -17,7 +17,6 @@ So this callback saves with save_checkpoint (MindSpore's format and parameter wa
 name, renames it into place, and records it in latest.json, also written by rename.
 """
 
-import json
 import logging
 import os
 import signal
@@ -28,7 +27,8 @@ from mindspore.train import Callback
 
 from runner.errors import ConfigError
 from runner.rundir.atomic import save_checkpoint, write_json
-from runner.rundir.resume_check import STATE, has_checkpoint, in_place, step_files, wants_resume
+from runner.rundir.layout import STATE, RunDir, StateProblem, has_checkpoint, read_checkpoint, read_state, step_files
+from runner.rundir.resume_check import in_place, wants_resume
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 log = logging.getLogger("runner")
@@ -65,7 +65,10 @@ class Checkpointer(Callback):
         self.prior_losses = list(start.get("losses", []))
         self.kept = list(start.get("kept", []))
         self.score = score
-        self.best = _same_monitor(start.get("best"), score.name)
+        # The best checkpoints by the monitor, best first: checkpoint.top_k of them (MMEngine's save_best
+        # with max_keep_ckpts, MindCV's top_k policy); a latest.json from before top_k has only its best.
+        top = start.get("top_k") or ([start["best"]] if start.get("best") else [])
+        self.top = [b for b in (_same_monitor(b, score.name) for b in top) if b][: max(1, cfg.top_k)]
         self.run_losses = run_losses
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
         self.series = series
@@ -74,6 +77,25 @@ class Checkpointer(Callback):
         self.signum = None
         self.final_phase = False
         self._old_handlers = {}
+
+    @property
+    def best(self) -> Optional[dict]:
+        """The best checkpoint by the monitor ({file, monitor, value, global_step}), or None."""
+        return self.top[0] if self.top else None
+
+    def enters_top(self, value) -> bool:
+        """Whether an epoch with this monitored value earns a place among the top_k kept checkpoints."""
+        if not self.cfg.keep_best or value is None:
+            return False
+        if len(self.top) < max(1, self.cfg.top_k):
+            return self.score.better(value, None)
+        return self.score.better(value, self.top[-1]["value"])
+
+    def _rank(self, entry: dict) -> None:
+        """Place a checkpoint among the top ones (ties keep the earlier first) and trim to top_k."""
+        top = [b for b in self.top if b["file"] != entry["file"]]
+        at = next((i for i, b in enumerate(top) if self.score.better(entry["value"], b["value"])), len(top))
+        self.top = (top[:at] + [entry] + top[at:])[: max(1, self.cfg.top_k)]
 
     # Python runs signal handlers between bytecodes of the main thread, so the flag is seen at the
     # next step end; the step in flight completes and the saved state is consistent.
@@ -123,10 +145,9 @@ class Checkpointer(Callback):
         if self.vetoed():
             return
         value = self.score.value()
-        # A new best is saved also between scheduled epochs, so that "best" is the best seen, not the
-        # best among the scheduled saves.
-        new_best = self.cfg.keep_best and self.score.better(value, self.best["value"] if self.best else None)
-        if new_best or cb.cur_epoch_num % self.cfg.every_epochs == 0:
+        # An epoch that enters the top k is saved also between scheduled epochs, so that "best" is the
+        # best seen, not the best among the scheduled saves.
+        if self.enters_top(value) or cb.cur_epoch_num % self.cfg.every_epochs == 0:
             self.save(cb, value)
 
     def global_step(self, cb) -> int:
@@ -137,7 +158,7 @@ class Checkpointer(Callback):
         return np.concatenate([np.asarray(self.prior_losses, np.float32), self.run_losses()])
 
     def save(self, cb, value) -> Optional[str]:
-        """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the best.
+        """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the top_k best.
 
         value: the monitored value of this checkpoint's epoch (None: it cannot become the best). State
         holding any non-finite value (weights, BatchNorm statistics, optimizer moments) is never
@@ -162,11 +183,11 @@ class Checkpointer(Callback):
         self.last_saved = step
         if name not in self.kept:
             self.kept.append(name)
-        if self.cfg.keep_best and self.score.better(value, self.best["value"] if self.best else None):
-            self.best = {"file": name, "monitor": self.score.name, "value": value, "global_step": step}
-        best = self.best["file"] if self.best else None
-        recent = [n for n in self.kept if n != best][-max(1, self.cfg.keep_last) :]
-        dropped = [n for n in self.kept if n != best and n not in recent]
+        if self.enters_top(value):
+            self._rank({"file": name, "monitor": self.score.name, "value": value, "global_step": step})
+        best = {b["file"] for b in self.top}
+        recent = [n for n in self.kept if n not in best][-max(1, self.cfg.keep_last) :]
+        dropped = [n for n in self.kept if n not in best and n not in recent]
         self.kept = [n for n in self.kept if n not in dropped]
         state = {
             "latest": name,
@@ -175,6 +196,7 @@ class Checkpointer(Callback):
             "step_in_epoch": step % self.steps_per_epoch,
             "losses": self.losses().tolist(),
             "best": self.best,
+            "top_k": self.top,
             "kept": self.kept,
         }
         if self.series is not None:
@@ -245,13 +267,13 @@ def find_resume(resume, run_dir: str) -> dict:
     if not wants_resume(resume):
         return {}
     if in_place(resume):
-        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        ckpt_dir = RunDir(run_dir).checkpoints
         if not has_checkpoint(ckpt_dir):
             log.info("resume=true: no checkpoint in %s yet; starting from scratch", run_dir)
             return {}
         return _read_state(ckpt_dir)
     path = os.path.abspath(str(resume))
-    for ckpt_dir in (os.path.join(path, "checkpoints"), path):
+    for ckpt_dir in (RunDir(path).checkpoints, path):
         if os.path.isdir(ckpt_dir) and has_checkpoint(ckpt_dir):
             return _read_state(ckpt_dir)
     if os.path.isfile(path) and path.endswith(".ckpt"):
@@ -266,16 +288,8 @@ def find_resume(resume, run_dir: str) -> dict:
     raise ConfigError(f"resume={resume}: no checkpoints/{STATE} or .ckpt file there to resume from.")
 
 
-def _load(path: str, **kwargs) -> dict:
-    """MindSpore's own checkpoint reader (never pickle), its failures turned into a clear error."""
-    import mindspore as ms
-
-    try:
-        return ms.load_checkpoint(path, **kwargs)
-    except (ValueError, RuntimeError, OSError) as e:
-        raise ConfigError(
-            f"resume: {path} cannot be read as a MindSpore checkpoint ({str(e).splitlines()[0]})."
-        ) from None
+def _load(path: str) -> dict:
+    return read_checkpoint(path, "resume: ")
 
 
 def _readable(path: str) -> bool:
@@ -287,20 +301,10 @@ def _readable(path: str) -> bool:
 
 def _read_state(ckpt_dir: str) -> dict:
     """latest.json's record, or the newest intact step_*.ckpt when latest.json or its file is broken."""
-    state_path = os.path.join(ckpt_dir, STATE)
-    problem = None
     try:
-        with open(state_path) as f:
-            state = json.load(f)
-        state["path"] = os.path.join(ckpt_dir, state["latest"])
-        int(state["global_step"])
-        if os.path.isfile(state["path"]):
-            return state
-        problem = f"{state_path} names {state['latest']}, which is missing"
-    except FileNotFoundError:
-        problem = f"{state_path} is missing"
-    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
-        problem = f"{state_path} is unreadable ({type(e).__name__}: {e})"
+        return read_state(ckpt_dir)
+    except StateProblem as e:
+        problem = str(e)
     for name in step_files(ckpt_dir):
         path = os.path.join(ckpt_dir, name)
         if _readable(path):

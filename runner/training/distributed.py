@@ -23,9 +23,9 @@ from runner.errors import ConfigError, UserError
 from runner.report.metrics import RunMetrics
 from runner.report.outputs import summary_line, write_config
 from runner.rundir.atomic import write_json
+from runner.rundir.layout import RANK_LOGS, RunDir
 
 log = logging.getLogger("runner")
-LOG_DIR = "rank_logs"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -73,7 +73,7 @@ def msrun_command(cfg, run_dir: str, port: int) -> list:
         f"--master_addr={d.master_addr}",
         f"--master_port={port}",
         f"--node_rank={d.node_rank}",
-        f"--log_dir={os.path.join(run_dir, LOG_DIR)}",
+        f"--log_dir={os.path.join(run_dir, RANK_LOGS)}",
         f"--cluster_time_out={d.timeout_s}",
         "--join=True",
         # msrun runs `python` from PATH (launch() puts this interpreter first) with these arguments.
@@ -110,16 +110,16 @@ def launch(cfg, run_dir: str):
     env = hand_to_ranks(run_dir, dict(os.environ))  # this process holds the run directory's lock for them
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
-    log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, LOG_DIR)
+    log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, RANK_LOGS)
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
-    with open(os.path.join(run_dir, LOG_DIR, "msrun.log"), "w") as f:
+    with open(os.path.join(run_dir, RANK_LOGS, "msrun.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
-    metrics_path = os.path.join(run_dir, "metrics.json")
+    metrics_path = RunDir(run_dir).metrics
     if proc.returncode != 0 or (d.node_rank == 0 and not os.path.exists(metrics_path)):
-        tail = _tail(os.path.join(run_dir, LOG_DIR, "worker_0.log")) or (proc.stdout + proc.stderr)[-2000:]
+        tail = _tail(os.path.join(run_dir, RANK_LOGS, "worker_0.log")) or (proc.stdout + proc.stderr)[-2000:]
         raise UserError(
             f"The data-parallel run failed (msrun exit {proc.returncode}); each rank's log is in "
-            f"{os.path.join(run_dir, LOG_DIR)}. End of rank 0's log: {tail}"
+            f"{os.path.join(run_dir, RANK_LOGS)}. End of rank 0's log: {tail}"
         )
     if d.node_rank != 0:
         return None  # node 0 holds the outputs
@@ -163,5 +163,5 @@ def write_rank_record(run_dir: str, rank: int, net, final_loss: float) -> None:
     for p in net.trainable_params():
         h.update(p.name.encode())
         h.update(p.asnumpy().tobytes())
-    path = os.path.join(run_dir, LOG_DIR, f"rank_{rank}.json")
+    path = os.path.join(run_dir, RANK_LOGS, f"rank_{rank}.json")
     write_json(path, {"rank": rank, "trainable_sha256": h.hexdigest(), "final_loss": final_loss})

@@ -65,8 +65,37 @@ def cap_cpu_isa(device, conv: str = "native") -> dict:
     return {"value": cap, "set_by": "runner"}
 
 
+# What the first run in this process gave MindSpore that it cannot change later: the ISA oneDNN read
+# and the device target. The command line runs one run per process; the Python API may run several.
+_first_run: dict = {}
+
+
+def check_same_process(device) -> None:
+    """Refuse a second run in this process that needs another CPU ISA cap or device target than the first.
+
+    oneDNN reads ONEDNN_MAX_CPU_ISA once, when MindSpore first runs a CPU kernel, and MindSpore binds
+    its device at the first graph; a run that asked for another one would silently run on the first's.
+    """
+    isa, target = (os.environ.get(ISA_VAR) or "").upper(), device.target
+    first = _first_run.setdefault("settings", (isa, target))
+    if isa != first[0]:
+        raise ConfigError(
+            f"This run needs {ISA_VAR}={isa or '(none)'} (device.cpu_isa_cap, model.conv), but an earlier run in "
+            f"this Python process started MindSpore with {first[0] or '(none)'}, and oneDNN reads it only once per "
+            "process: this run would silently use the earlier kernels. Run it in its own process (the runner-train "
+            "command, or a sweep, whose jobs each get one)."
+        )
+    if "auto" not in (target, first[1]) and target != first[1]:
+        raise ConfigError(
+            f"device={target}: an earlier run in this Python process already bound MindSpore to device={first[1]}, "
+            "and MindSpore cannot change its device target within a process. Run it in its own process (the "
+            "runner-train command)."
+        )
+
+
 def setup(device, mode, seed: int) -> str:
     """Configure MindSpore's context (the `device` and `mode` groups) and seed every generator; return the target."""
+    check_same_process(device)
     import mindspore as ms
 
     kwargs = {"mode": ms.GRAPH_MODE if mode.name == "graph" else ms.PYNATIVE_MODE}

@@ -21,23 +21,27 @@ def source_path(init_from: str) -> str:
     if os.path.isfile(path):
         return path
     if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "model.ckpt")):
-            return os.path.join(path, "model.ckpt")
-        state = os.path.join(path, "checkpoints", "latest.json")
-        if os.path.isfile(state):
-            from runner.rundir.saved_run import read_latest
+        from runner.rundir.layout import MODEL, STATE, RunDir, StateProblem, read_state
 
-            hint = "Name one of its checkpoints/step_*.ckpt files as init_from=<file>."
-            s = read_latest(state, f"init_from={init_from}", hint)
-            name = (s.get("best") or {}).get("file") or s["latest"]
-            found = os.path.join(path, "checkpoints", name)
-            if not os.path.isfile(found):
-                raise ConfigError(f"init_from={init_from}: {state} names {name}, which is missing. {hint}")
-            return found
-        raise ConfigError(
-            f"init_from={init_from}: the directory {path} holds no model.ckpt and no checkpoints/latest.json; "
-            "name a .ckpt file or a finished run directory."
-        )
+        run = RunDir(path)
+        if os.path.isfile(run.model):
+            return run.model
+        if not os.path.exists(run.state):
+            raise ConfigError(
+                f"init_from={init_from}: the directory {path} holds no {MODEL} and no checkpoints/{STATE}; "
+                "name a .ckpt file or a finished run directory."
+            )
+        try:
+            state = read_state(run.checkpoints)
+        except StateProblem as e:
+            raise ConfigError(f"init_from={init_from}: {e}; name a .ckpt file instead.") from None
+        found = run.checkpoint(state["best"]["file"]) if state.get("best") else state["path"]
+        if not os.path.isfile(found):
+            raise ConfigError(
+                f"init_from={init_from}: {run.state} names {os.path.basename(found)}, which is missing; "
+                "name one of its checkpoints/step_*.ckpt files as init_from=<file>."
+            )
+        return found
     raise ConfigError(f"init_from={init_from}: {path} does not exist; name a .ckpt file or a run directory.")
 
 
@@ -65,11 +69,60 @@ def _adapt_input_conv(weight, shape):
     return None
 
 
-def load_matching(net, init_from: str) -> dict:
+def _source_classes(path: str) -> Optional[list]:
+    """The class names the run that wrote the checkpoint at path recorded (its classes.json), or None."""
+    from runner.rundir.saved_run import CLASSES, recorded_classes
+
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) == "checkpoints":
+        folder = os.path.dirname(folder)
+    return recorded_classes(folder) if os.path.isfile(os.path.join(folder, CLASSES)) else None
+
+
+def _match_head(mine: dict, values: dict, source: Optional[list], classes: Optional[list]) -> Optional[dict]:
+    """Make a loaded classifier head mean this data's classes: rows reordered by name when the data has the
+    source run's classes in another order, the head left freshly initialised when its classes are others.
+    values is changed in place; returns the record (None when there is nothing to compare).
+
+    The head is the network's trailing parameters whose first dimension is the number of classes (the
+    final Dense layer's weight and bias), loaded only when the counts agree.
+    """
+    import mindspore as ms
+
+    if not source or not classes or list(source) == list(classes) or len(source) != len(classes):
+        return None
+    head = []
+    for n, p in reversed(list(mine.items())):
+        if not p.shape or p.shape[0] != len(classes):
+            break
+        head.append(n)
+    head = [n for n in reversed(head) if n in values]
+    if not head:
+        return None
+    if set(source) == set(classes):
+        order = [list(source).index(c) for c in classes]
+        for n in head:
+            values[n] = ms.Tensor(values[n].asnumpy()[order], values[n].dtype)
+        log.info("init_from: the head's rows follow this data's class order, matched by name: %s", head)
+        return {"source": list(source), "head": head, "mapped_by_name": True}
+    for n in head:
+        del values[n]
+    log.warning(
+        "init_from: the checkpoint's head was trained on other classes (%s) than this data's (%s); it is freshly "
+        "initialised instead of loaded: %s",
+        ", ".join(source[:6]),
+        ", ".join(classes[:6]),
+        head,
+    )
+    return {"source": list(source), "head": head, "mapped_by_name": False}
+
+
+def load_matching(net, init_from: str, classes: Optional[list] = None) -> dict:
     """Load every checkpoint parameter whose name and shape match net's; return what was loaded and not.
 
-    The input convolution is adapted between 1 and 3 channels (data.channels differs). Refuses a
-    checkpoint that shares no parameter with net (another architecture, a wrong file).
+    The input convolution is adapted between 1 and 3 channels (data.channels differs). classes: this
+    data's class names; the classifier head follows them by name when the source run recorded its own
+    (classes.json). Refuses a checkpoint that shares no parameter with net (another architecture, a wrong file).
     """
     import mindspore as ms
 
@@ -90,6 +143,7 @@ def load_matching(net, init_from: str) -> dict:
         elif i == 0 and (w := _adapt_input_conv(params[n], p.shape)) is not None:
             values[n] = ms.Tensor(w, p.dtype)
             adapted.append(n)
+    head = _match_head(mine, values, _source_classes(path), classes)
     reinit = [n for n in mine if n not in values]
     unused = [n for n in params if n not in mine and not _train_state(n, set(params))]
     if not values:
@@ -113,7 +167,8 @@ def load_matching(net, init_from: str) -> dict:
         log.info("init_from: freshly initialised (absent or of another shape): %s", ", ".join(reinit))
     if unused:
         log.info("init_from: checkpoint parameters this network lacks: %s", ", ".join(unused))
-    return {"init_from": path, "loaded": list(values), "adapted": adapted, "reinitialised": reinit, "unused": unused}
+    record = {"init_from": path, "loaded": list(values), "adapted": adapted, "reinitialised": reinit, "unused": unused}
+    return {**record, "classes": head} if head else record
 
 
 def freeze(net, patterns) -> dict:
@@ -130,6 +185,17 @@ def freeze(net, patterns) -> dict:
     from runner.amp.fp32_islands import match_cells
 
     cells = match_cells(net, list(patterns), option="optim.freeze")
+    # A pattern whose cells hold no parameter (activations, pooling: `*relu`) would freeze nothing, silently.
+    empty = [
+        p
+        for p in patterns
+        if not any(True for _, c in match_cells(net, [p], "optim.freeze") for _ in c.get_parameters())
+    ]
+    if empty:
+        raise ConfigError(
+            f"optim.freeze={list(patterns)}: {empty} select(s) only cells without parameters (activations, pooling), "
+            "so it would freeze nothing. Name the cells that hold weights, e.g. stem, layer1 or layer1.0.conv1."
+        )
     count = 0
     for _, cell in cells:
         for p in cell.get_parameters():
@@ -149,13 +215,15 @@ def freeze(net, patterns) -> dict:
     return {"frozen": names, "frozen_parameters": count}
 
 
-def prepare(net, init_from: Optional[str], freeze_patterns) -> Optional[dict]:
-    """init_from then optim.freeze on a freshly built network; metrics.json's `fine_tune` record (or None)."""
+def prepare(net, init_from: Optional[str], freeze_patterns, classes: Optional[list] = None) -> Optional[dict]:
+    """init_from then optim.freeze on a freshly built network; metrics.json's `fine_tune` record (or None).
+
+    classes: the training data's class names (None where it names none)."""
     if not init_from and not freeze_patterns:
         return None
     record = {"init_from": None, "loaded": [], "adapted": [], "reinitialised": [], "unused": []}
     if init_from:
-        record.update(load_matching(net, init_from))
+        record.update(load_matching(net, init_from, classes))
     record.update(freeze(net, freeze_patterns) if freeze_patterns else {"frozen": [], "frozen_parameters": 0})
     fixed_random = [
         p.name

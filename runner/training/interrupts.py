@@ -1,14 +1,6 @@
-"""The signal that ends a run after its training (no MindSpore import: run.py catches it before MindSpore loads)."""
+"""The signal that ends a run after its training (no MindSpore import: recipe.py catches it before MindSpore loads)."""
 
-import signal
-
-
-def signal_name(signum: int) -> str:
-    """`SIGINT (signal 2)`: what the run says when a signal stops it (it then exits 128 + signum)."""
-    try:
-        return f"{signal.Signals(signum).name} (signal {signum})"
-    except ValueError:
-        return f"signal {signum}"
+from runner.errors import signal_name
 
 
 class FinalPhaseInterrupted(BaseException):

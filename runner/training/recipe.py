@@ -6,17 +6,16 @@ never the whole config.
 
 import logging
 import math
-import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
 
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
 
 from runner.errors import ConfigError, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
-from runner.rundir.claim import COMPLETE, claim, run_dir_of
+from runner.rundir.claim import claim, run_dir_of
+from runner.rundir.layout import RunDir
 from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, setup
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
@@ -72,7 +71,7 @@ class Parts:
 class Outcome:
     """What training produced."""
 
-    val: dict  # runner.report.accuracy.evaluation_metrics's keys, or {}
+    val: dict  # runner.report.accuracy.flat(...)'s keys, or {}
     losses: np.ndarray  # loss per step call, across resumes
     compiles: int
     postmortem: Optional[dict]  # the NaN guard's record when it fired
@@ -108,13 +107,16 @@ def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
     return n
 
 
-def run(cfg) -> Optional[RunMetrics]:
-    """Train and evaluate as configured (cfg is validated); write the run directory; return the metrics.
+def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
+    """Train and evaluate as configured (cfg is validated) in run_dir; return the metrics.
 
-    None when a resumed run had nothing left to do (it was complete already).
+    overrides: the command line's (an optim.lr given there is applied on resume). None when a resumed
+    run had nothing left to do (it was complete already).
     """
-    run_dir = HydraConfig.get().runtime.output_dir
-    if not distributed.in_msrun() and claim(cfg, run_dir, HydraConfig.get().overrides.task):
+    from runner.report.outputs import watch_warnings
+
+    watch_warnings()  # repeated under the summary line: on a terminal they scroll past
+    if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
@@ -181,6 +183,10 @@ def build_network(cfg, env: Env):
     data = build_data(
         cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
     )
+    if env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
+        from runner.rundir.saved_run import write_classes
+
+        write_classes(env.run_dir, data)
     make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
     net = make_net()
     if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
@@ -191,7 +197,9 @@ def build_network(cfg, env: Env):
             data.num_classes,
             cfg.model.num_classes - data.num_classes,
         )
-    fine_tune = prepare(net, cfg.init_from, cfg.optim.freeze)  # before the optimizer takes the trainable params
+    fine_tune = prepare(
+        net, cfg.init_from, cfg.optim.freeze, data.class_names
+    )  # before the optimizer takes the trainable params
     return data, make_net, net, fine_tune
 
 
@@ -257,9 +265,11 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
         # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
         start["losses"] = guarding.trace.prior_losses()
     params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    logger = build_logger(cfg.logger, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+    # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
+    loggers = cfg.logger if env.rank == 0 else {}
+    logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
     monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
-    ckpt_dir = os.path.join(env.run_dir, "checkpoints")
+    ckpt_dir = RunDir(env.run_dir).checkpoints
     # skip() is read during training only, once checkpointer and guarding exist.
     watch = build_watch(
         cfg,
@@ -359,9 +369,10 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     from runner.amp.guard import guard_metrics
     from runner.report import outputs
     from runner.report.accuracy import as_metrics
-    from runner.rundir import resume_check as resume_config
+    from runner.report.loggers import chosen
+    from runner.rundir import resume_check
     from runner.training.optim import decay_record
-    from runner.training.validation import best_record
+    from runner.training.validation import best_record, top_records
 
     return RunMetrics(
         val_accuracy=float(o.val["accuracy"]) if o.val else None,
@@ -371,6 +382,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         loss_curve=o.losses.tolist(),
         val_curve=p.watch.curve(),
         best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
+        top_checkpoints=top_records(p.checkpointer, p.data.steps_per_epoch),
         early_stop=o.early_stop,
         fine_tune=p.fine_tune,
         **p.monitor.timing(),
@@ -410,7 +422,8 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         versions=outputs.versions(),
         run_dir=env.run_dir,
         resumed_from=p.start.get("path"),
-        resume_changes=resume_config.recorded(env.run_dir) if p.start else {},
+        resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
+        loggers=chosen(cfg.logger),
     )
 
 
@@ -429,19 +442,19 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
     save = cfg.save_checkpoint and not o.failure
     outputs.measure(m, p.net, p.data, series)
     if save:
-        m.checkpoint = os.path.join(env.run_dir, "model.ckpt")
+        m.checkpoint = RunDir(env.run_dir).model
     try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
-        m.write(os.path.join(env.run_dir, "metrics.json"))
+        m.write(RunDir(env.run_dir).metrics)
         outputs.plot(m, series, title)
         if save:
             from runner.rundir.atomic import save_checkpoint
 
             save_checkpoint(p.net, m.checkpoint)
-        outputs.finish(m, p.logger)
+        outputs.finish(m, p.logger, advise=not o.failure)  # no advice on how to speed up a failed run
         if not o.failure:
             from runner.rundir.atomic import write_json
 
-            write_json(os.path.join(env.run_dir, COMPLETE), {"steps": m.steps, "epochs": cfg.epochs})
+            write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
     except OSError as e:
         raise UserError(
             f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
@@ -449,5 +462,5 @@ def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         ) from None
     if o.failure:
         raise o.failure
-    print(outputs.summary_line(m), flush=True)
+    print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
     return m

@@ -23,9 +23,10 @@ from typing import Callable, Optional
 import numpy as np
 from mindspore.train import Callback, EarlyStopping
 
+from runner.rundir.layout import VAL_CURVE
+
 log = logging.getLogger("runner")
 
-CURVE = "val_curve.json"  # in checkpoints/, beside latest.json
 MODES = {"val_accuracy": "max", "val_loss": "min", "train_loss": "min"}
 
 
@@ -92,7 +93,7 @@ class Validation(Callback):
         self.start_step = start_step  # a resumed run's cur_step_num counts from 0 again
         self.logger = logger
         self.skip = skip
-        self.path = os.path.join(ckpt_dir, CURVE) if ckpt_dir else None
+        self.path = os.path.join(ckpt_dir, VAL_CURVE) if ckpt_dir else None
         self.curve = _prior_curve(start)  # {"epoch", "step", "accuracy", "loss"} per validation
         self.current = None  # this epoch's point, or None
         self.results = {}  # the last validation's metrics, as Model.fit returned them
@@ -110,7 +111,9 @@ class Validation(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        results = cb.get("eval_results")
+        from runner.report.accuracy import flat
+
+        results = flat(cb.get("eval_results"))
         if not results or self.skip():
             return
         step = self.start_step + int(cb.cur_step_num)
@@ -128,7 +131,9 @@ class Validation(Callback):
 
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_json(self.path, self.curve)
-        log.info("epoch %g validation: accuracy %.4f loss %.4f", point["epoch"], point["accuracy"], point["loss"])
+        log.info(
+            "epoch %g validation: val_accuracy %.4f val_loss %.4f", point["epoch"], point["accuracy"], point["loss"]
+        )
         if self.logger is not None:
             self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
 
@@ -143,7 +148,7 @@ def _prior_curve(start: dict) -> list:
     """The validations before the step a run resumes from, from the checkpoint's own directory."""
     if not start:
         return []
-    path = os.path.join(os.path.dirname(start["path"]), CURVE)
+    path = os.path.join(os.path.dirname(start["path"]), VAL_CURVE)
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -236,7 +241,7 @@ def build_watch(
         return lambda: validation.current[key] if validation and validation.current else None
 
     es = cfg.early_stop
-    # One monitor for both (validate.py refuses two different ones): the run stops on the value that
+    # One monitor for both (runner/config/checks.py refuses two different ones): the run stops on the value that
     # chose the checkpoint it keeps.
     chosen = str(cfg.checkpoint.monitor)
     if chosen == "auto" and es.patience > 0:
@@ -290,14 +295,22 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse:
     last = watch.validation.last() if reuse and not (record and record.get("restored")) else {}
     if last:
         return last, record
-    return trainer.evaluator.eval(val_data, dataset_sink_mode=False), record
+    from runner.report.accuracy import flat
+
+    return flat(trainer.evaluator.eval(val_data, dataset_sink_mode=False)), record
 
 
 def best_record(checkpointer, steps_per_epoch: int) -> Optional[dict]:
     """metrics.json's `best_checkpoint`: which checkpoint is the best, at which epoch, with what value."""
-    best = checkpointer.best
-    if not best:
-        return None
+    return _record(checkpointer.best, checkpointer, steps_per_epoch) if checkpointer.best else None
+
+
+def top_records(checkpointer, steps_per_epoch: int) -> list:
+    """metrics.json's `top_checkpoints`: the checkpoint.top_k kept best ones, best first, as best_record."""
+    return [_record(b, checkpointer, steps_per_epoch) for b in checkpointer.top]
+
+
+def _record(best: dict, checkpointer, steps_per_epoch: int) -> dict:
     return {
         "monitor": best["monitor"],
         "value": best["value"],

@@ -1,0 +1,159 @@
+"""`runner-configs ls` lists the built-in config groups and their options; `runner-configs cp <group>/<option>
+[<dest>]` copies one into a local directory to edit (what torchtune's `tune ls` / `tune cp` do).
+
+    runner-configs ls
+    runner-configs cp experiment/quick                # -> conf/experiment/my_quick.yaml
+    runner-configs cp optim/sgd conf/optim/fast_sgd.yaml
+    runner-train --config-dir conf optim=fast_sgd     # your options beside the built-in ones
+
+A copy needs a name of its own: under --config-dir, a file named like a built-in option is hidden by the
+built-in one (Hydra finds the packaged groups first), so the default name is my_<option>.
+
+`python -m runner.configs ...` is the same command.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+from importlib import resources
+from typing import Dict, List, Optional
+
+from runner.errors import ConfigError, print_user_error
+
+# Groups that only other configs select (the rungs of experiment=ladder): not for a command line.
+INTERNAL = ("ladder",)
+# Groups that config.yaml's defaults list does not name: selected with a leading + (`+experiment=quick`).
+ADDED = ("experiment",)
+PRIMARY = {
+    "config": "runner-train",
+    "evaluate": "runner-evaluate",
+    "predict": "runner-predict",
+    "export": "runner-export",
+}
+
+
+def groups() -> Dict[str, List[str]]:
+    """Every config group shipped in runner.conf (nested ones as `hydra/sweeper`) -> its option names."""
+    found: Dict[str, List[str]] = {}
+
+    def walk(node, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            if child.is_dir() and not child.name.startswith(("_", ".")):
+                walk(child, f"{prefix}{child.name}/")
+            elif prefix and child.name.endswith(".yaml"):
+                found.setdefault(prefix.rstrip("/"), []).append(child.name[: -len(".yaml")])
+
+    walk(resources.files("runner.conf"), "")
+    return {g: found[g] for g in sorted(found) if g.split("/")[0] not in INTERNAL}
+
+
+def listing() -> str:
+    """What `ls` prints: one line per group with its options, then the commands' own configs."""
+    table = groups()
+    width = max(map(len, table)) + 2
+    lines = [
+        "Config groups (choose an option with <group>=<option>; copy one with runner-configs cp <group>/<option>):"
+    ]
+    for group, options in table.items():
+        how = f"   (+{group}=<option>)" if group in ADDED else ""
+        lines.append(f"  {group:<{width}}{'  '.join(options)}{how}")
+    lines.append("Each command's own config (runner-configs cp <name> copies it): " + ", ".join(PRIMARY))
+    return "\n".join(lines)
+
+
+def source(name: str):
+    """The packaged file of `<group>/<option>` or of a command's own config; ConfigError naming the choices."""
+    name = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    group, _, option = name.rpartition("/")
+    if not group and option in PRIMARY:
+        return resources.files("runner.conf").joinpath(f"{option}.yaml")
+    table = groups()
+    if group not in table:
+        raise ConfigError(
+            f"runner-configs cp {name}: no config group {group or name!r}. Name a group and one of its options, "
+            f"e.g. optim/sgd; the groups are {', '.join(table)} (runner-configs ls lists their options)."
+        )
+    if option not in table[group]:
+        raise ConfigError(
+            f"runner-configs cp {name}: the group {group!r} has no option {option!r}; its options are "
+            f"{', '.join(table[group])}."
+        )
+    return resources.files("runner.conf").joinpath(*group.split("/")).joinpath(f"{option}.yaml")
+
+
+def destination(name: str, dest: Optional[str]) -> str:
+    """Where `cp` writes: dest when it names a .yaml file, else <dest or ./conf>/<group>/my_<option>.yaml."""
+    name = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    group, _, option = name.rpartition("/")
+    if dest and dest.endswith((".yaml", ".yml")):
+        built_in = groups().get(group, []) if group else list(PRIMARY)
+        stem = os.path.basename(dest).rsplit(".", 1)[0]
+        if stem in built_in:
+            raise ConfigError(
+                f"runner-configs cp: {dest} would be hidden by the built-in {name} (Hydra finds the packaged "
+                f"configs first), so your edits would never be used; give the copy a name of its own, "
+                f"e.g. {os.path.join(os.path.dirname(dest), 'my_' + os.path.basename(dest))}."
+            )
+        return dest
+    return os.path.join(dest or "conf", group, f"my_{option}.yaml")
+
+
+def copy(name: str, dest: Optional[str]) -> str:
+    """Copy the packaged config into dest (never over an existing file); return the path written."""
+    src = source(name)
+    target = destination(name, dest)
+    if os.path.exists(target):
+        raise ConfigError(f"runner-configs cp: {target} exists already; nothing was copied. Name another destination.")
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    with resources.as_file(src) as path:
+        shutil.copyfile(path, target)
+    return target
+
+
+def usage_after_copy(name: str, target: str) -> str:
+    """How to use the copy: where --config-dir points and which option name selects it."""
+    name = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    group = name.rpartition("/")[0]
+    option = os.path.basename(target).rsplit(".", 1)[0]
+    if not group:
+        root = os.path.dirname(target) or "."
+        return f"Run it with: {PRIMARY.get(name, 'runner-train')} --config-dir {root} --config-name {option}"
+    parent = os.path.dirname(target)
+    if not parent.replace(os.sep, "/").endswith(group):
+        return f"To select it, keep it under <dir>/{group}/ and run with --config-dir <dir> {group}={option}."
+    root = parent[: -len(group)].rstrip("/") or "."
+    plus = "+" if group.split("/")[0] in ADDED else ""
+    return f"Edit it, then: runner-train --config-dir {root} {plus}{group}={option}"
+
+
+def main(argv=None) -> int:
+    """The command: ls or cp; 2 (one paragraph) on a mistake."""
+    parser = argparse.ArgumentParser(
+        prog="runner-configs", description="List the runner's built-in configs, or copy one to edit."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ls", help="list the config groups and their options")
+    cp = sub.add_parser("cp", help="copy <group>/<option> (or a command's config) into a local directory")
+    cp.add_argument("name", help="<group>/<option>, e.g. optim/sgd or experiment/quick; or config, evaluate, ...")
+    cp.add_argument("dest", nargs="?", help="a directory (default ./conf; the group's folder is added) or a .yaml path")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "ls":
+            print(listing())
+        else:
+            target = copy(args.name, args.dest)
+            print(f"Copied {args.name} to {target}. {usage_after_copy(args.name, target)}")
+    except ConfigError as e:
+        print_user_error(e)
+        return 2
+    return 0
+
+
+def cli() -> None:
+    """Console entry point of runner-configs."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

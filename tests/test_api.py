@@ -1,0 +1,95 @@
+"""The Python API (runner/api.py): the README's example as written, refusals raised, several runs in one process."""
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TINY
+from test_train import PINNED_LOSS, PINNED_VAL
+
+import runner
+from runner.rundir import lock
+from runner.training import environment
+
+
+def readme_example() -> str:
+    """The code block of the README's "From Python" section."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## From Python", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.cpu_only
+def test_the_readme_example_runs_as_written_and_leaves_the_process_as_it_found_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    isa_before = os.environ.get(environment.ISA_VAR)
+    handlers_before, level_before = list(logging.getLogger().handlers), logging.getLogger().level
+    scope: dict = {}
+    exec(compile(readme_example(), "README.md", "exec"), scope)
+    metrics, scores = scope["metrics"], scope["scores"]
+
+    # The same numbers as the pinned command-line run (tests/test_train.py), typed.
+    assert isinstance(metrics, runner.RunMetrics) and isinstance(scores, runner.EvalMetrics)
+    for step, loss in PINNED_LOSS.items():
+        assert metrics.loss_curve[step - 1] == pytest.approx(loss, abs=2e-4)
+    assert metrics.val_accuracy == pytest.approx(PINNED_VAL["val_accuracy"], abs=2e-4)
+    assert scores.top1 == metrics.val_accuracy and scores.loss_batch_mean == pytest.approx(metrics.val_loss)
+    # What the README says the example prints.
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith(("val_acc", "top1"))]
+    promised = [ln.split("# ", 1)[1] for ln in readme_example().splitlines() if ln.startswith("print(")]
+    assert printed == promised
+
+    run = tmp_path / "outputs/from-python"
+    assert {"config.yaml", "metrics.json", "model.ckpt", "runner.log"} <= {p.name for p in run.iterdir()}
+    assert "training (graph, O0) for 44 steps" in (run / "runner.log").read_text()
+    assert (Path(scores.plot).parent / "evaluate.log").is_file()
+    # The process is as before: no handler left behind, the ISA variable restored, the directory released.
+    assert logging.getLogger().handlers == handlers_before and logging.getLogger().level == level_before
+    assert os.environ.get(environment.ISA_VAR) == isa_before and os.getcwd() == str(tmp_path)
+    assert str(run) not in lock._held
+
+    # A second run into the same directory is refused as on the command line, raised (not sys.exit).
+    with pytest.raises(runner.UserError, match="already holds a run"):
+        runner.train(scope["cfg"], str(run))
+    # Resuming the complete run has nothing to train.
+    assert runner.train(runner.compose("resume=true", *TINY), str(run)) is None
+
+
+def test_refusals_are_raised_before_anything_is_written(tmp_path):
+    with pytest.raises(runner.ConfigError, match="epochs"):
+        runner.train(runner.compose("epochs=0"), str(tmp_path / "run"))
+    with pytest.raises(runner.ConfigError, match="no such directory"):
+        runner.evaluate_run(str(tmp_path / "missing"))
+    with pytest.raises(runner.ConfigError, match="topk"):
+        runner.predict_run(str(tmp_path), "x.png", topk="many")
+    assert list(tmp_path.iterdir()) == []
+    assert runner.train(runner.compose("dry_run=true"), str(tmp_path / "dry")) is None
+
+
+def test_a_later_run_that_needs_another_isa_or_device_is_refused(monkeypatch):
+    compose = runner.compose
+    monkeypatch.setattr(environment, "_first_run", {})
+    monkeypatch.setenv(environment.ISA_VAR, "AVX2")
+    environment.check_same_process(compose("device=cpu").device)
+    environment.check_same_process(compose("device=auto").device)  # auto: whatever the first bound
+    monkeypatch.setenv(environment.ISA_VAR, "avx2")
+    environment.check_same_process(compose().device)
+    monkeypatch.delenv(environment.ISA_VAR)  # model.conv=onednn runs uncapped
+    with pytest.raises(runner.ConfigError, match="oneDNN reads it only once per process"):
+        environment.check_same_process(compose().device)
+    monkeypatch.setenv(environment.ISA_VAR, "AVX2")
+    with pytest.raises(runner.ConfigError, match="cannot change its device target within a process"):
+        environment.check_same_process(compose("device=gpu").device)
+
+
+def test_the_api_loads_on_first_use():
+    code = (
+        "import sys, runner; assert 'runner.api' not in sys.modules and 'mindspore' not in sys.modules; "
+        "assert callable(runner.train) and 'runner.api' in sys.modules; "
+        "assert sorted(runner.__all__) == sorted(n for n in runner.__all__ if getattr(runner, n))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd="/")
