@@ -61,11 +61,11 @@ def test_a_run_never_starts_in_a_folder_of_someone_elses_files(users_folder):
         preflight_of("runner.__main__", f"init_from={users_folder / 'model.ckpt'}", f"hydra.run.dir={users_folder}")
     with pytest.raises(UserError, match="holds files that are not this runner's"):
         preflight_of("runner.__main__", "-m", "seed=1,2", f"hydra.sweep.dir={users_folder}")
-    # The Python API (runner.api.train) claims its run_dir the same way.
-    from runner.rundir.claim import claim
+    # The Python API refuses it the same way, before it writes its log there.
+    from runner.api import train
 
-    with pytest.raises(UserError, match="holds files that are not a run of this runner"):
-        claim(compose_cfg(*TINY), str(users_folder), [])
+    with pytest.raises(UserError, match="holds files that are not a run of this runner.*choose another run_dir"):
+        train(compose_cfg(*TINY), str(users_folder))
 
 
 def test_new_empty_and_own_directories_are_fine(tmp_path, finished):

@@ -23,7 +23,6 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     """
     from runner.rundir import lock, resume_check
 
-    _check_foreign(os.path.abspath(run_dir), "run_dir")  # the Python API's run_dir; the CLI checked before Hydra
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
     source, changes, done = _decide(cfg, run_dir, overrides)
@@ -91,7 +90,8 @@ def check_new_dir(directory: str, what: str) -> None:
         )
 
 
-def _check_foreign(run_dir: str, setting: str) -> None:
+def check_foreign(run_dir: str, setting: str) -> None:
+    """UserError when run_dir holds files and none of this runner's: a run never writes among someone else's."""
     if os.path.isdir(run_dir) and os.listdir(run_dir) and not ours(run_dir):
         raise UserError(
             f"{run_dir} holds files that are not a run of this runner ({', '.join(sorted(os.listdir(run_dir))[:3])}, "
@@ -106,7 +106,7 @@ def check_run_dir(cfg, run_dir: str, overrides, in_sweep: bool = False) -> None:
     from runner.training.distributed import in_msrun
 
     run_dir = os.path.abspath(run_dir)
-    _check_foreign(run_dir, "hydra.sweep.dir" if in_sweep else "hydra.run.dir")
+    check_foreign(run_dir, "hydra.sweep.dir" if in_sweep else "hydra.run.dir")
     if not in_msrun():  # msrun's ranks join the directory their launcher has claimed
         _decide(cfg, run_dir, overrides)
 
