@@ -3,6 +3,7 @@ typed config and hands it to run(). runner/cli/app.py checks what Hydra would ac
 
 import logging
 import math
+import os
 import sys
 import traceback
 from typing import Optional
@@ -31,6 +32,8 @@ def main(cfg) -> Optional[float]:
         from runner import api
 
         metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
+        if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
+            discard_run_dir(HydraConfig.get().runtime.output_dir)
         return metrics.val_accuracy if metrics is not None else None
     except Interrupted as e:
         raise SystemExit(e.exit_code) from None
@@ -63,6 +66,25 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
         check_tools(cfg)
         check_loggers(cfg)
     check_run_dir(cfg, run_dir, overrides, in_sweep)
+
+
+def discard_run_dir(run_dir: str) -> None:
+    """Remove the directory Hydra made for a dry run (its .hydra/ and an empty log) and the folders above it
+    (under the working directory) it leaves empty; a directory that holds anything else (an earlier run)
+    is left as it is."""
+    import shutil
+
+    if not os.path.isdir(run_dir) or set(os.listdir(run_dir)) - {".hydra", "runner.log"}:
+        return
+    for handler in logging.getLogger().handlers:  # Hydra's file handler holds runner.log open
+        if isinstance(handler, logging.FileHandler) and handler.baseFilename.startswith(os.path.abspath(run_dir)):
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    parent = os.path.dirname(os.path.abspath(run_dir))
+    while parent.startswith(os.getcwd() + os.sep) and os.path.isdir(parent) and not os.listdir(parent):
+        os.rmdir(parent)  # outputs/<date>/, then outputs/ when nothing else is there
+        parent = os.path.dirname(parent)
 
 
 # check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.

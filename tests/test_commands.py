@@ -135,3 +135,40 @@ def test_readme_user_experiment_and_option_compose_as_written(tmp_path):
     proc = script("runner-train", "--config-dir", "conf", "+experiment=bare", "dry_run=true", cwd=tmp_path)
     assert proc.returncode == 2 and "starts with the line `# @package _global_`" in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+def test_train_help_has_one_line_per_group_and_the_commands_after_training(tmp_path):
+    from runner.configs import groups
+
+    proc = script("runner-train", "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and "powered by Hydra" not in proc.stdout, proc.stderr
+    text = proc.stdout.split("Config groups", 1)[1].split("\n\n", 1)[0]
+    lines = {line.split()[0]: line for line in text.splitlines()[1:]}
+    user_groups = {g for g in groups() if "/" not in g}  # hydra/sweeper is Hydra's, in --hydra-help
+    assert set(lines) == user_groups and "ladder" not in lines  # the ladder's rungs are internal
+    for group in user_groups:
+        for option in groups()[group]:
+            assert re.search(rf"\b{option}\b", lines[group]), (group, option)
+    for after in ("runner-evaluate run=", "runner-predict run=", "runner-export run=", "--config-name config"):
+        assert after in proc.stdout
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["evaluate", "predict", "export"])
+def test_each_command_help_shows_its_own_usage(name, tmp_path):
+    proc = script(f"runner-{name}", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"\n  runner-{name} run=<run dir>" in proc.stdout and f"python -m runner.{name} ..." in proc.stdout
+    assert "Settings and their defaults" in proc.stdout and not any(tmp_path.iterdir())
+
+
+def test_a_dry_run_leaves_no_run_directory(tmp_path):
+    proc = script("runner-train", "dry_run=true", cwd=tmp_path)
+    assert proc.returncode == 0 and "Configuration is valid" in proc.stdout, proc.stderr
+    assert not any(tmp_path.iterdir())  # not even an empty outputs/
+    # A directory that already holds something (here a file of the user's) keeps it.
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    assert script("runner-train", "dry_run=true", "hydra.run.dir=keep", cwd=tmp_path).returncode == 0
+    assert (keep / "notes.txt").read_text() == "mine"

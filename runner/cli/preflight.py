@@ -117,13 +117,20 @@ def at_run_time(cfg, job_num: int, multirun: bool):
         HydraConfig.instance().cfg = previous
 
 
-def resolved(cfg, job_num: int = 0, multirun: bool = False) -> dict:
+def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = False) -> dict:
     """The composed config (a mapping with its `hydra` node) as plain dicts and lists with every
     interpolation resolved as Hydra will resolve it, or ConfigError: a value under `hydra` that cannot be
     resolved before Hydra runs is refused, as it cannot be checked. The job's own part may hold values
-    only the job can resolve; it is left as written where it cannot be resolved."""
-    from omegaconf import OmegaConf
+    only the job can resolve; it is left as written where it cannot be resolved. printing: the command only
+    prints (--help, --cfg, --info): a required top-level value it lacks (`runner-evaluate --help` has no
+    run= for hydra.run.dir's ${run}) stands in as `<run>`, so the rest is checked as usual."""
+    from omegaconf import OmegaConf, open_dict
 
+    if printing:
+        cfg = copy.deepcopy(cfg)
+        with open_dict(cfg):
+            for key in [k for k in cfg.keys() if k != "hydra" and OmegaConf.is_missing(cfg, k)]:
+                cfg[key] = f"<{key}>"  # a placeholder where the printing command lacks a value
     with at_run_time(cfg, job_num, multirun) as cfg:
         out = {}
         for key in cfg.keys():
@@ -137,7 +144,9 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False) -> dict:
                         f"{where} cannot be resolved before Hydra runs ({str(e).splitlines()[0].strip()}), so what "
                         "it names cannot be checked, and the command refuses to start. Give it a literal value."
                     ) from None
-                out[key] = None  # the job's own validate() reports it, naming the key
+                node = cfg._get_node(key)
+                # A top-level value (evaluate's `run: ???`) is a leaf node, not a container.
+                out[key] = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node._value()
         return out
 
 
@@ -167,11 +176,11 @@ def _expected_handlers(hydra: dict) -> list:
 HANDLER_KEYS = {"class", "formatter", "stream", "filename", "level", "filters"}
 
 
-def check_composed(cfg, job_num: int = 0, multirun: bool = False) -> None:
+def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool = False) -> None:
     """Raise ConfigError for the first callable the composed config (with its `hydra` node, resolved as
     Hydra will resolve it) names outside ALLOWED_TARGETS, and for logging handlers other than Hydra's own,
     env_set names outside ENV_ALLOWED and the rest below."""
-    plain = resolved(cfg, job_num, multirun)
+    plain = resolved(cfg, job_num, multirun, printing)
     hydra = plain.get("hydra") or {}
     handlers = _expected_handlers(hydra)
     for where, key, value in walk(plain):
@@ -453,10 +462,10 @@ def _preflight(task, argv, before_run=None) -> None:
         return  # `-sc install=bash`: its arguments are the completion's, not overrides; nothing runs
     check_split_values(args.overrides)
     configs = compose_like_hydra(task, argv)
-    for cfg, num, multirun in configs:
-        check_composed(cfg, num, multirun)
     # --cfg, --help, --info and shell completion only print: they need no output directory.
-    prints = args.cfg or args.help or args.hydra_help or args.info or args.shell_completion
+    prints = bool(args.cfg or args.help or args.hydra_help or args.info or args.shell_completion)
+    for cfg, num, multirun in configs:
+        check_composed(cfg, num, multirun, prints)
     if configs and not prints:
         base, _, multirun = configs[0]
         check_launcher(base, multirun)

@@ -30,6 +30,7 @@ CHANGEABLE = (
     "early_stop",
     "save_checkpoint",
     "diagnose",
+    "profile",  # MindSpore's profiler over a window of steps: no parameter or state
     "experiment_name",
     "device.id",
     "distributed.timeout_s",
@@ -180,7 +181,7 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: 
             f"cannot change mid-run: {'; '.join(refused)}. Resume with the saved values (for example "
             f"--config-path {source_dir} --config-name config), or start a new run.{lr_hint} What may "
             "change on resume: epochs, log_every, logger, checkpoint.*, eval, validation.*, early_stop.*, "
-            "save_checkpoint, diagnose.*, "
+            "save_checkpoint, diagnose.*, profile.*, "
             "amp.keep_fp32, model.conv, device.cpu_isa_cap."
         )
     if record:

@@ -65,6 +65,7 @@ class Parts:
     initial_epoch: int  # Model.train's epoch to start from (resume)
     watch: object  # runner.training.validation.Watch: validation, the best checkpoint's monitor, early stop
     fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
+    profiler: object = None  # runner.report.profiling.ProfileWindow with profile.steps, else None
 
 
 @dataclass
@@ -309,7 +310,17 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
         initial_epoch,
         watch,
         fine_tune,
+        profiler=_profiler(cfg.profile, env),
     )
+
+
+def _profiler(profile_cfg, env: Env):
+    """MindSpore's profiler over profile.steps steps (rank 0 only), or None."""
+    if profile_cfg.steps <= 0 or env.rank != 0:
+        return None
+    from runner.report.profiling import ProfileWindow
+
+    return ProfileWindow(profile_cfg.start_step, profile_cfg.steps, env.run_dir, env.target)
 
 
 def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
@@ -323,6 +334,8 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
     # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
     callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, *p.watch.callbacks(p.checkpointer)]
+    if p.profiler is not None:  # first: its window brackets the step as the other callbacks see it
+        callbacks.insert(0, p.profiler)
     start_step = p.start.get("global_step", 0)
     try:
         if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
@@ -424,6 +437,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         resumed_from=p.start.get("path"),
         resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
         loggers=chosen(cfg.logger),
+        profile=p.profiler.record() if p.profiler is not None else None,
     )
 
 
