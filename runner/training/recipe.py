@@ -19,7 +19,7 @@ from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
 from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
-from runner.training.interrupts import FinalPhaseInterrupted
+from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 log = logging.getLogger("runner")
 LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
@@ -139,13 +139,13 @@ def interrupted_after_training(p: Parts, env: Env, signum: int):
     """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
     step = int(p.start.get("global_step", 0)) + (p.monitor.steps[-1] if p.monitor.steps else 0)
     if p.guarding.guard.tripped is not None:
-        log.warning("signal %d while reporting a stopped (non-finite) run; its outputs are incomplete", signum)
+        log.warning("%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum))
         raise SystemExit(128 + signum)
     path = p.checkpointer.save_final(p.trainer.step_cell, step) if env.rank == 0 else None
     log.warning(
-        "signal %d during the final phase (evaluation and report): training is complete at step %d%s; "
+        "%s during the final phase (evaluation and report): training is complete at step %d%s; "
         "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
-        signum,
+        signal_name(signum),
         step,
         f" and checkpointed in {path}" if path else " and checkpointed",
         env.run_dir,
