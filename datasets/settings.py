@@ -24,6 +24,8 @@ class DataSource(Choice):
     synthetic = "synthetic"
     imagefolder = "imagefolder"
     cifar10 = "cifar10"
+    cifar100 = "cifar100"
+    mnist = "mnist"
 
 
 class BadSample(Choice):
@@ -57,7 +59,7 @@ class PaddingConfig:
 @dataclass
 class DataConfig:
     name: DataSource = MISSING
-    root: Optional[str] = None  # imagefolder, cifar10
+    root: Optional[str] = None  # imagefolder, cifar10, cifar100, mnist
     channels: int = 1  # channels the network sees (images are converted)
     num_classes: int = 10  # synthetic only; other sources count their classes
     num_samples: int = 512  # synthetic only

@@ -182,21 +182,23 @@ def imagefolder(cfg, seed):
     return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
 
 
-CIFAR_RECORD = 1 + 3 * 32 * 32  # label byte, then the R, G and B planes, row-major
+CIFAR_IMAGE = 3 * 32 * 32  # the R, G and B planes, row-major, after the label byte(s)
 
 
-def _cifar_file(path):
+def _cifar_file(path, label_bytes: int = 1, classes: int = 10, what: str = "CIFAR-10"):
+    """(images HWC uint8, labels int32) of a CIFAR binary file; CIFAR-100 records carry the coarse label
+    first and the fine one (used here) second."""
+    record = label_bytes + CIFAR_IMAGE
     raw = np.fromfile(path, dtype=np.uint8)
-    if raw.size == 0 or raw.size % CIFAR_RECORD:
+    if raw.size == 0 or raw.size % record:
         raise DataError(
-            f"{path!r} is not CIFAR-10 binary data: {raw.size} bytes is not a whole number of "
-            f"{CIFAR_RECORD}-byte records."
+            f"{path!r} is not {what} binary data: {raw.size} bytes is not a whole number of {record}-byte records."
         )
-    records = raw.reshape(-1, CIFAR_RECORD)
-    labels = records[:, 0].astype(np.int32)
-    if labels.max() > 9:
-        raise DataError(f"{path!r} has label {labels.max()}; CIFAR-10 labels are 0..9.")
-    return records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
+    records = raw.reshape(-1, record)
+    labels = records[:, label_bytes - 1].astype(np.int32)
+    if labels.max() > classes - 1:
+        raise DataError(f"{path!r} has label {labels.max()}; {what} labels are 0..{classes - 1}.")
+    return records[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
 def cifar10(cfg, seed):
@@ -211,7 +213,7 @@ def cifar10(cfg, seed):
     missing = [n for n in names if not os.path.isfile(os.path.join(root, n))]
     if missing:
         raise DataError(f"data.root {root!r} lacks CIFAR-10 binary files {missing} (the 'binary version' download).")
-    parts = [_cifar_file(os.path.join(root, n)) for n in names]
+    parts = [_cifar_file(os.path.join(root, n)) for n in names]  # CIFAR-10: one label byte, 10 classes
     train = (np.concatenate([p[0] for p in parts[:5]]), np.concatenate([p[1] for p in parts[:5]]))
     test = parts[5]
 
@@ -222,8 +224,72 @@ def cifar10(cfg, seed):
     return Source(make(*train), make(*test), 10, *sizes, 3, class_names=CIFAR10_CLASSES)
 
 
+def cifar100(cfg, seed):
+    """CIFAR-100 binary files in data.root (train.bin, test.bin; fine labels, 100 classes; class names
+    from fine_label_names.txt when present).
+
+    Read with numpy, not MindSpore's Cifar100Dataset, for the reason cifar10 is: that reader refuses a
+    file that is not the full 50000/10000 records ("Invalid cifar100 file, failed to read data"
+    on a 30-record train.bin, MindSpore 2.10), so subsets and small test sets fail there.
+    """
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    missing = [n for n in ("train.bin", "test.bin") if not os.path.isfile(os.path.join(root, n))]
+    if missing:
+        raise DataError(f"data.root {root!r} lacks CIFAR-100 binary files {missing} (the 'binary version' download).")
+    train, test = (_cifar_file(os.path.join(root, n), 2, 100, "CIFAR-100") for n in ("train.bin", "test.bin"))
+    names_file = os.path.join(root, "fine_label_names.txt")
+    names = None
+    if os.path.isfile(names_file):
+        with open(names_file) as f:
+            names = [line.strip() for line in f if line.strip()] or None
+        if names is not None and len(names) != 100:
+            raise DataError(f"{names_file!r} names {len(names)} classes; CIFAR-100 has 100 (one per line).")
+
+    def make(images, labels):
+        return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False)
+
+    sizes = _same_size(len(train[1]), 32, 32), _same_size(len(test[1]), 32, 32)
+    return Source(make(*train), make(*test), 100, *sizes, 3, class_names=names)
+
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def mnist(cfg, seed):
+    """MNIST (or Fashion-MNIST) idx files in data.root, read by MindSpore's MnistDataset: train-* for
+    training, t10k-* for validation (any number of images; 28x28 gray)."""
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    missing = [n for n in MNIST_FILES if not os.path.isfile(os.path.join(root, n))]
+    if missing:
+        raise DataError(
+            f"data.root {root!r} lacks the MNIST idx files {missing} (uncompressed: gunzip the downloaded *.gz)."
+        )
+    splits, sizes = {}, {}
+    for usage in ("train", "test"):
+        d = ds.MnistDataset(root, usage=usage, shuffle=False)
+        try:
+            n = d.get_dataset_size()  # reads and checks the idx headers
+        except RuntimeError as e:
+            detail = " ".join(str(e).split())[:200]
+            raise DataError(
+                f"The MNIST files in {root!r} cannot be read by MindSpore's MnistDataset: {detail}"
+            ) from None
+        splits[usage] = d.map(T.TypeCast(mstype.int32), "label")  # MnistDataset's labels are uint32
+        sizes[usage] = _same_size(n, 28, 28)
+    return Source(splits["train"], splits["test"], 10, sizes["train"], sizes["test"], 1)
+
+
 # The order of CIFAR-10's labels 0..9 (batches.meta.txt of the binary version).
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
-SOURCES = {"digits": digits, "synthetic": synthetic, "imagefolder": imagefolder, "cifar10": cifar10}
+SOURCES = {
+    "digits": digits,
+    "synthetic": synthetic,
+    "imagefolder": imagefolder,
+    "cifar10": cifar10,
+    "cifar100": cifar100,
+    "mnist": mnist,
+}

@@ -1,9 +1,9 @@
-"""The data sources (digits, synthetic, imagefolder, cifar10) through build_data, on generated files."""
+"""The data sources (digits, synthetic, imagefolder, cifar10, cifar100, mnist) through build_data, on made files."""
 
 import numpy as np
 import pytest
-from conftest import batches, build
-from imagegen import fake_cifar10, solid_folder
+from conftest import batches, build, metrics, run_in_process
+from imagegen import fake_cifar10, fake_cifar100, fake_mnist, solid_folder
 
 from runner.datasets import DataError
 
@@ -96,6 +96,72 @@ def test_cifar10_missing_files(tmp_path):
     (tmp_path / "test_batch.bin").unlink()
     with pytest.raises(DataError, match="test_batch.bin"):
         build("data=cifar10", f"data.root={tmp_path}")
+
+
+def test_cifar100_fine_labels_and_names(tmp_path):
+    train_labels, test_labels = fake_cifar100(tmp_path, train_records=12, test_records=5)
+    data = build(
+        "data=cifar100", f"data.root={tmp_path}", "batch_size=4", "padding.height=32", "padding.width=32", *RAW3
+    )
+    assert (data.train_size, data.val_size, data.num_classes) == (12, 5, 100)
+    assert data.class_names[:2] == ["class00", "class01"] and len(data.class_names) == 100
+    rows, cols = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
+    seen = []
+    for x, y in batches(data.val):
+        for img, label in zip(np.rint(x * 255).astype(int), y):
+            # The fine label is the one read (R), the coarse one only went into B: the right byte is the label.
+            assert np.array_equal(img[0], label + rows) and np.array_equal(img[1], 100 + cols)
+            assert (img[2] == 200 - label // 5).all()
+            seen.append(label)
+    assert seen == list(test_labels)
+    assert sorted(y for _, ys in batches(data.train) for y in ys) == sorted(train_labels)
+
+
+def test_cifar100_refuses_what_is_not_cifar100(tmp_path):
+    fake_cifar100(tmp_path, train_records=2, test_records=1)
+    (tmp_path / "test.bin").write_bytes(b"x" * 100)
+    with pytest.raises(DataError, match="is not CIFAR-100 binary data"):
+        build("data=cifar100", f"data.root={tmp_path}")
+    (tmp_path / "test.bin").unlink()
+    with pytest.raises(DataError, match=r"lacks CIFAR-100 binary files \['test.bin'\]"):
+        build("data=cifar100", f"data.root={tmp_path}")
+
+
+def test_mnist_through_mindspores_reader(tmp_path):
+    train_labels, test_labels = fake_mnist(tmp_path, train_images=10, test_images=6)
+    data = build("data=mnist", f"data.root={tmp_path}", "batch_size=5", "padding.height=28", "padding.width=28", *RAW1)
+    assert (data.train_size, data.val_size, data.num_classes, data.channels) == (10, 6, 10, 1)
+    rows, cols = np.meshgrid(np.arange(28), np.arange(28), indexing="ij")
+    seen = []
+    for x, y in batches(data.val):
+        assert x.shape[1:] == (1, 28, 28) and y.dtype == np.int32
+        for img, label in zip(np.rint(x * 255).astype(int), y):
+            assert np.array_equal(img[0], label * 10 + rows + cols)
+            seen.append(label)
+    assert seen == list(test_labels)
+    assert sorted(y for _, ys in batches(data.train) for y in ys) == sorted(train_labels)
+
+
+@pytest.mark.slow  # two trainings with a graph compile each: ~100 s on a loaded 2-core machine
+def test_mnist_and_cifar100_train_through_the_command_line(tmp_path):
+    fake_mnist(tmp_path / "mnist", train_images=24, test_images=8)
+    fake_cifar100(tmp_path / "cifar100", train_records=24, test_records=8)
+    tiny = ["epochs=1", "batch_size=8", "model.width=8", "log_every=1000", "padding.height=8", "padding.width=8"]
+    for source in ("mnist", "cifar100"):
+        run_in_process(tmp_path / f"run_{source}", f"data={source}", f"data.root={tmp_path / source}", *tiny)
+        m = metrics(tmp_path / f"run_{source}")
+        assert (m["train_samples"], m["val_samples"], m["steps"]) == (24, 8, 3), source
+        assert m["val_accuracy"] is not None
+
+
+def test_mnist_refuses_missing_and_broken_files(tmp_path):
+    fake_mnist(tmp_path, train_images=2, test_images=2)
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(b"\0\0\0\0broken")
+    with pytest.raises(DataError, match="cannot be read by MindSpore's MnistDataset"):
+        build("data=mnist", f"data.root={tmp_path}")
+    (tmp_path / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(DataError, match="gunzip"):
+        build("data=mnist", f"data.root={tmp_path}")
 
 
 def _truncated_folder(root):

@@ -165,10 +165,9 @@ def test_accumulate_steps_through_the_cli(tmp_path):
     assert abs(m["val_accuracy"] - big["val_accuracy"]) < 0.1 and m["val_accuracy"] > 0.8
 
 
-def test_ema_is_what_is_evaluated_and_saved(tmp_path):
-    run_cli(tmp_path / "plain", *TINY)
+def test_ema_is_what_is_evaluated_and_saved(tmp_path, tiny_run):
     run_cli(tmp_path / "ema", *TINY, "ema.decay=0.9")
-    plain, ema = metrics(tmp_path / "plain"), metrics(tmp_path / "ema")
+    plain, ema = metrics(tiny_run), metrics(tmp_path / "ema")  # tiny_run: the same TINY run without EMA
     assert ema["final_loss"] == plain["final_loss"]  # the same training ...
     assert ema["val_loss"] != plain["val_loss"]  # ... evaluated on other weights
     saved = _weights(tmp_path / "ema" / "model.ckpt")

@@ -403,3 +403,14 @@ def padding_record(padding) -> dict:
     kind = str(padding.name)
     plain = OmegaConf.to_container(padding, enum_to_str=True)
     return {"name": kind, **{k: plain[k] for k in sorted(fields_read("padding", kind))}}
+
+
+def own_new_dir(command: str):
+    """The before_run check (runner/cli/app.py entry_point) of evaluate, predict and export: they write
+    only into a new directory of their own, never into a training run's or anyone's files."""
+    from runner.rundir.claim import check_new_dir
+
+    def before_run(cfg, out_dir: str, overrides, in_sweep: bool) -> None:
+        check_new_dir(out_dir, command)
+
+    return before_run

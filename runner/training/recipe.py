@@ -18,7 +18,7 @@ from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
 from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, setup
-from runner.training.interrupts import FinalPhaseInterrupted
+from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 log = logging.getLogger("runner")
 LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
@@ -65,6 +65,7 @@ class Parts:
     initial_epoch: int  # Model.train's epoch to start from (resume)
     watch: object  # runner.training.validation.Watch: validation, the best checkpoint's monitor, early stop
     fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
+    profiler: object = None  # runner.report.profiling.ProfileWindow with profile.steps, else None
 
 
 @dataclass
@@ -135,13 +136,13 @@ def interrupted_after_training(p: Parts, env: Env, signum: int):
     """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
     step = int(p.start.get("global_step", 0)) + (p.monitor.steps[-1] if p.monitor.steps else 0)
     if p.guarding.guard.tripped is not None:
-        log.warning("signal %d while reporting a stopped (non-finite) run; its outputs are incomplete", signum)
+        log.warning("%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum))
         raise SystemExit(128 + signum)
     path = p.checkpointer.save_final(p.trainer.step_cell, step) if env.rank == 0 else None
     log.warning(
-        "signal %d during the final phase (evaluation and report): training is complete at step %d%s; "
+        "%s during the final phase (evaluation and report): training is complete at step %d%s; "
         "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
-        signum,
+        signal_name(signum),
         step,
         f" and checkpointed in {path}" if path else " and checkpointed",
         env.run_dir,
@@ -309,7 +310,17 @@ def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune)
         initial_epoch,
         watch,
         fine_tune,
+        profiler=_profiler(cfg.profile, env),
     )
+
+
+def _profiler(profile_cfg, env: Env):
+    """MindSpore's profiler over profile.steps steps (rank 0 only), or None."""
+    if profile_cfg.steps <= 0 or env.rank != 0:
+        return None
+    from runner.report.profiling import ProfileWindow
+
+    return ProfileWindow(profile_cfg.start_step, profile_cfg.steps, env.run_dir, env.target)
 
 
 def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
@@ -323,6 +334,8 @@ def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
     # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
     # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
     callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, *p.watch.callbacks(p.checkpointer)]
+    if p.profiler is not None:  # first: its window brackets the step as the other callbacks see it
+        callbacks.insert(0, p.profiler)
     start_step = p.start.get("global_step", 0)
     try:
         if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
@@ -424,6 +437,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         resumed_from=p.start.get("path"),
         resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
         loggers=chosen(cfg.logger),
+        profile=p.profiler.record() if p.profiler is not None else None,
     )
 
 
