@@ -27,7 +27,7 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int, conv: 
                 f"model.conv={conv} applies to the runner's own ResNets; mindcv models build MindSpore's "
                 "nn.Conv2d themselves. Leave model.conv=native with model=mindcv."
             )
-        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint)
+        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint, image_size)
     if conv not in PATHS:
         raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
     try:

@@ -68,6 +68,15 @@ def check_run_argument(argv, command: str) -> None:
         print_user_error(UserError(f"{command} needs the run to use: python -m runner.{command} run=<run directory>."))
         sys.exit(2)
     elsewhere = any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv)
+    if len(runs) > 1 and not any(a.startswith("hydra.sweep.dir=") for a in argv):
+        # The sweep's own directory is one for all its jobs: inside one run it would hold the others' outputs.
+        print_user_error(
+            UserError(
+                f"{command} -m over several runs ({', '.join(runs)}) needs hydra.sweep.dir=<new directory> for "
+                f"its outputs (with one run they go into <run>/{command}-multirun-<time>/)."
+            )
+        )
+        sys.exit(2)
     for run in runs:
         try:
             config_path(run)
