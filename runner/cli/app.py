@@ -45,9 +45,10 @@ def prints_only(argv) -> bool:
     return bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion)
 
 
-def entry_point(task, *checks):
+def entry_point(task, *checks, before_run=None):
     """The console-script function for a `@hydra.main` task: the command's own `checks(argv)`, the
-    pre-flight checks (runner/cli/preflight.py), then Hydra.
+    pre-flight checks (runner/cli/preflight.py) with the command's `before_run(job config, output dir,
+    overrides, in_sweep)` (what must refuse before Hydra writes into the output directory), then Hydra.
 
     Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 130 Ctrl-C.
     """
@@ -76,7 +77,7 @@ def entry_point(task, *checks):
             for check in () if prints else checks:
                 check(sys.argv[1:])
             try:
-                preflight(task, sys.argv[1:])
+                preflight(task, sys.argv[1:], before_run)
             except user_errors() as e:
                 print_user_error(e)
                 sys.exit(2)
