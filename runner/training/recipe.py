@@ -6,6 +6,7 @@ never the whole config.
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -17,7 +18,7 @@ from runner.report.metrics import RunMetrics
 from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
 from runner.training import distributed
-from runner.training.environment import cap_cpu_isa, setup
+from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 log = logging.getLogger("runner")
@@ -35,6 +36,8 @@ class Env:
     rank: int
     world: int
     batch: int  # this rank's share of batch_size
+    conv: dict  # model.conv as run: asked, path, reason, cost (environment.choose_conv)
+    threads: Optional[int] = None  # CPU threads of this rank when ranks share the host (distributed.rank_threads)
 
 
 @dataclass
@@ -152,9 +155,18 @@ def interrupted_after_training(p: Parts, env: Env, signum: int):
 
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
-    isa = cap_cpu_isa(cfg.device, cfg.model.conv)  # before MindSpore loads: oneDNN reads it once
+    conv = choose_conv(cfg)  # model.conv=best decides before the cap, which depends on the path
+    isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
+    threads = distributed.rank_threads(cfg.distributed) if distributed.in_msrun() else None
+    if threads and target == "CPU":  # before the network is built: onednn's pool reads it when it starts
+        import mindspore as ms
+
+        from runner.models.onednn import THREADS_VAR
+
+        ms.set_context(runtime_num_threads=threads)
+        os.environ[THREADS_VAR] = str(threads)
     if rank == 0 and distributed.in_msrun():
         from runner.rundir import lock
 
@@ -164,7 +176,8 @@ def environment(cfg, run_dir: str) -> Env:
         from runner.report.outputs import write_config
 
         write_config(run_dir, cfg)
-    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, distributed.local_batch(cfg.batch_size, world))
+    batch = distributed.local_batch(cfg.batch_size, world)
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, threads)
 
 
 def build(cfg, env: Env) -> Parts:
@@ -188,7 +201,9 @@ def build_network(cfg, env: Env):
         from runner.rundir.saved_run import write_classes
 
         write_classes(env.run_dir, data)
-    make_net = partial(build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width))
+    make_net = partial(
+        build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width), conv=env.conv["path"]
+    )
     net = make_net()
     if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
         log.warning(
@@ -416,6 +431,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
         mode=env.mode,
         device_target=env.target,
         cpu_isa=env.isa,
+        conv=env.conv,
         seed=cfg.seed,
         batch_size=cfg.batch_size,
         effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
@@ -429,7 +445,7 @@ def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
             # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
             "sink_size": p.plan.sink_size,
         },
-        distributed={"workers": env.world, "per_rank_batch": env.batch},
+        distributed={"workers": env.world, "per_rank_batch": env.batch, "threads_per_rank": env.threads},
         train_samples=p.data.train_size,
         val_samples=p.data.val_size,
         versions=outputs.versions(),
