@@ -6,6 +6,7 @@ read by train() and report(); builders take their slice of the config, never the
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional, cast
@@ -17,8 +18,8 @@ from runner.report.metrics import RunMetrics
 from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
 from runner.training import distributed
-from runner.training.environment import cap_cpu_isa, setup
-from runner.training.interrupts import FinalPhaseInterrupted
+from runner.training.environment import cap_cpu_isa, choose_conv, setup
+from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 if TYPE_CHECKING:
     from mindspore import nn
@@ -48,6 +49,8 @@ class Env:
     rank: int
     world: int
     batch: int  # this rank's share of batch_size
+    conv: dict  # model.conv as run: asked, path, reason, cost (environment.choose_conv)
+    threads: Optional[int] = None  # CPU threads of this rank when ranks share the host (distributed.rank_threads)
 
 
 @dataclass
@@ -125,9 +128,18 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
 
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
-    isa = cap_cpu_isa(cfg.device, cfg.model.conv)  # before MindSpore loads: oneDNN reads it once
+    conv = choose_conv(cfg)  # model.conv=best decides before the cap, which depends on the path
+    isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
+    threads = distributed.rank_threads(cfg.distributed) if distributed.in_msrun() else None
+    if threads and target == "CPU":  # before the network is built: onednn's pool reads it when it starts
+        import mindspore as ms
+
+        from runner.models.onednn import THREADS_VAR
+
+        ms.set_context(runtime_num_threads=threads)
+        os.environ[THREADS_VAR] = str(threads)
     if rank == 0 and distributed.in_msrun():
         from runner.rundir import lock
 
@@ -137,7 +149,8 @@ def environment(cfg, run_dir: str) -> Env:
         from runner.report.outputs import write_config
 
         write_config(run_dir, cfg)
-    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, distributed.local_batch(cfg.batch_size, world))
+    batch = distributed.local_batch(cfg.batch_size, world)
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, threads)
 
 
 class Recipe:
@@ -197,7 +210,12 @@ class Recipe:
 
             write_classes(self.env.run_dir, data)
         self.make_net = partial(
-            build_model, self.cfg.model, data.num_classes, data.channels, min(data.height, data.width)
+            build_model,
+            self.cfg.model,
+            data.num_classes,
+            data.channels,
+            min(data.height, data.width),
+            conv=self.env.conv["path"],
         )
         self.net = net = self.make_net()
         if self.cfg.model.num_classes is not None and self.cfg.model.num_classes > data.num_classes:
@@ -421,6 +439,7 @@ class Recipe:
             mode=env.mode,
             device_target=env.target,
             cpu_isa=env.isa,
+            conv=env.conv,
             seed=cfg.seed,
             batch_size=cfg.batch_size,
             effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
@@ -434,7 +453,7 @@ class Recipe:
                 # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
                 "sink_size": self.plan.sink_size,
             },
-            distributed={"workers": env.world, "per_rank_batch": env.batch},
+            distributed={"workers": env.world, "per_rank_batch": env.batch, "threads_per_rank": env.threads},
             train_samples=self.data.train_size,
             val_samples=self.data.val_size,
             versions=outputs.versions(),
@@ -488,13 +507,15 @@ class Recipe:
         """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
         step = int(self.start.get("global_step", 0)) + (self.monitor.steps[-1] if self.monitor.steps else 0)
         if self.guard_tripped():
-            log.warning("signal %d while reporting a stopped (non-finite) run; its outputs are incomplete", signum)
+            log.warning(
+                "%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum)
+            )
             raise SystemExit(128 + signum)
         path = self.checkpointer.save_final(self.trainer.step_cell, step) if self.env.rank == 0 else None
         log.warning(
-            "signal %d during the final phase (evaluation and report): training is complete at step %d%s; "
+            "%s during the final phase (evaluation and report): training is complete at step %d%s; "
             "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
-            signum,
+            signal_name(signum),
             step,
             f" and checkpointed in {path}" if path else " and checkpointed",
             self.env.run_dir,
