@@ -106,3 +106,12 @@ def test_lifecycle_commands_write_only_a_new_directory_of_their_own(finished, us
             preflight_of(f"runner.{command}", *args, f"hydra.run.dir={where}")
     preflight_of(f"runner.{command}", *args)  # the default: a new <run>/<command>-<time>
     preflight_of(f"runner.{command}", *args, f"hydra.run.dir={tmp_path / 'out'}")
+
+
+@pytest.mark.parametrize("subdir", ["/tmp/elsewhere", "../..", ".hydra/../../x"])
+def test_hydras_record_stays_inside_the_run(tmp_path, subdir):
+    # hydra.output_subdir is where Hydra writes config.yaml, hydra.yaml and overrides.yaml.
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="hydra.output_subdir=.* is refused"):
+        preflight_of("runner.__main__", f"hydra.output_subdir={subdir}", f"hydra.run.dir={tmp_path / 'r'}")

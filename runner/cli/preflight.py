@@ -212,6 +212,17 @@ def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool
                 f"hydra.job.env_set may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, CPATH, "
                 "LD_PRELOAD, PYTHONPATH, ...) make the run's processes run or load code of the config's choosing.",
             )
+        if (
+            where == "hydra.output_subdir"
+            and value is not None
+            and (os.path.isabs(str(value)) or ".." in str(value).split("/"))
+        ):
+            raise refuse(
+                where,
+                value,
+                "Hydra writes its record (config.yaml, hydra.yaml, overrides.yaml) there, which must stay inside the "
+                "run's own directory.",
+            )
         if where == "hydra.job.name" and (os.sep in str(value) or str(value).startswith(".")):
             raise refuse(where, value, "the job name becomes the log file's name and cannot be a path.")
         if where == "hydra.launcher.setup" and value:
