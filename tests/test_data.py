@@ -142,12 +142,15 @@ def test_mnist_through_mindspores_reader(tmp_path):
     assert sorted(y for _, ys in batches(data.train) for y in ys) == sorted(train_labels)
 
 
-@pytest.mark.slow  # two trainings with a graph compile each: ~100 s on a loaded 2-core machine
-def test_mnist_and_cifar100_train_through_the_command_line(tmp_path):
+@pytest.mark.slow  # three trainings with a graph compile each: ~50 s each on a loaded 2-core machine
+def test_mnist_cifar100_and_csv_train_through_the_command_line(tmp_path):
     fake_mnist(tmp_path / "mnist", train_images=24, test_images=8)
     fake_cifar100(tmp_path / "cifar100", train_records=24, test_records=8)
+    paths = _flat_images(tmp_path / "csv", list(range(0, 256, 8))[:32])
+    (tmp_path / "csv" / "train.csv").write_text("".join(f"{p},{i % 3}\n" for i, p in enumerate(paths[:24])))
+    (tmp_path / "csv" / "val.csv").write_text("".join(f"{p},{i % 3}\n" for i, p in enumerate(paths[24:])))
     tiny = ["epochs=1", "batch_size=8", "model.width=8", "log_every=1000", "padding.height=8", "padding.width=8"]
-    for source in ("mnist", "cifar100"):
+    for source in ("mnist", "cifar100", "csv"):
         run_in_process(tmp_path / f"run_{source}", f"data={source}", f"data.root={tmp_path / source}", *tiny)
         m = metrics(tmp_path / f"run_{source}")
         assert (m["train_samples"], m["val_samples"], m["steps"]) == (24, 8, 3), source
@@ -162,6 +165,54 @@ def test_mnist_refuses_missing_and_broken_files(tmp_path):
     (tmp_path / "t10k-labels-idx1-ubyte").unlink()
     with pytest.raises(DataError, match="gunzip"):
         build("data=mnist", f"data.root={tmp_path}")
+
+
+def _flat_images(root, values):
+    """root/img/<i>.png, a gray 6x(4+i) image of value values[i] each; returns their relative paths."""
+    from PIL import Image
+
+    (root / "img").mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, v in enumerate(values):
+        Image.fromarray(np.full((6, 4 + i), v, np.uint8)).save(root / "img" / f"{i}.png")
+        paths.append(f"img/{i}.png")
+    return paths
+
+
+def test_a_csv_list_of_paths_and_class_names(tmp_path):
+    paths = _flat_images(tmp_path, [10, 20, 30, 40, 50, 60])
+    # Names, a header row, a blank line; the classes are indexed in sorted order (cat 0, dog 1).
+    (tmp_path / "train.csv").write_text(
+        f"path,label\n{paths[0]},dog\n{paths[1]},cat\n\n{paths[2]},dog\n{paths[3]},cat\n"
+    )
+    (tmp_path / "val.csv").write_text(f"{paths[4]},cat\n{tmp_path / paths[5]},dog\n")  # an absolute path too
+    data = build("data=csv", f"data.root={tmp_path}", "batch_size=2", "padding.height=6", "padding.width=6", *RAW1)
+    assert (data.train_size, data.val_size, data.num_classes, data.class_names) == (4, 2, 2, ["cat", "dog"])
+    assert data.padding["input_sizes"] == {"6x6": 4}
+    val = [(int(round(x[0, 0, 0] * 255)), int(y)) for xs, ys in batches(data.val) for x, y in zip(xs, ys)]
+    assert val == [(50, 0), (60, 1)]  # each file with its own label, in the list's order
+    train = sorted((int(round(x[0, 0, 0] * 255)), int(y)) for xs, ys in batches(data.train) for x, y in zip(xs, ys))
+    assert train == [(10, 1), (20, 0), (30, 1), (40, 0)]
+
+
+def test_a_csv_list_with_integer_labels_and_its_mistakes(tmp_path):
+    paths = _flat_images(tmp_path, [10, 20, 30])
+    (tmp_path / "train.csv").write_text(f"{paths[0]},0\n{paths[1]},2\n")
+    (tmp_path / "val.csv").write_text(f"{paths[2]},02\n")
+    data = build("data=csv", f"data.root={tmp_path}", "batch_size=1", "padding.height=6", "padding.width=6", *RAW1)
+    assert data.num_classes == 3 and [int(y) for _, ys in batches(data.val) for y in ys] == [2]
+    (tmp_path / "val.csv").write_text(f"{paths[2]},2,extra\n")
+    with pytest.raises(DataError, match=r"val.csv:1: expected `path,label`"):
+        build("data=csv", f"data.root={tmp_path}")
+    (tmp_path / "val.csv").write_text(f"{paths[2]},2\nimg/missing.png,1\n")
+    with pytest.raises(DataError, match="missing.png"):
+        build("data=csv", f"data.root={tmp_path}")
+    skipped = build("data=csv", f"data.root={tmp_path}", "data.on_bad_sample=skip", "batch_size=1", *RAW1)
+    assert skipped.val_size == 1 and skipped.skipped_samples == [str(tmp_path / "img" / "missing.png")]
+    (tmp_path / "train.csv").write_text(f"{paths[0]},cat\n")
+    (tmp_path / "val.csv").write_text(f"{paths[2]},dog\n")
+    with pytest.raises(DataError, match=r"val.csv has labels that train.csv lacks: \['dog'\]"):
+        build("data=csv", f"data.root={tmp_path}")
 
 
 def _truncated_folder(root):
