@@ -228,6 +228,13 @@ def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool
                 f"hydra.job.env_set may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, CPATH, "
                 "LD_PRELOAD, PYTHONPATH, ...) make the run's processes run or load code of the config's choosing.",
             )
+        if where.startswith("hydra.launcher.") and isinstance(value, str) and ("\n" in value or "\r" in value):
+            raise refuse(
+                where,
+                value,
+                "a launcher's settings become lines of a job script (Slurm's #SBATCH header), so a line break "
+                "in one would add a command of its own.",
+            )
         if where in ("hydra.sweeper.storage", "hydra.launcher.submitit_folder") and value is not None:
             _inside_sweep_dir(where, value, hydra)
         if (
