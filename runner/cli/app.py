@@ -60,7 +60,8 @@ def entry_point(task, *checks, before_run=None):
     pre-flight checks (runner/cli/preflight.py) with the command's `before_run(job config, output dir,
     overrides, in_sweep)` (what must refuse before Hydra writes into the output directory), then Hydra.
 
-    Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 130 Ctrl-C.
+    Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 128 + the signal that
+    stopped it (130 Ctrl-C, 143 SIGTERM).
     """
 
     def cli() -> None:
