@@ -93,16 +93,35 @@ def _need_dir(path, what):
         raise DataError(f"{what} {path!r} does not exist or is not a directory.")
 
 
-def _image_sizes(folder, classes, on_bad_sample: str):
-    """(height, width) of every decodable image under folder/<class>/, the good files as (path, class),
-    the files that are not decodable, and the classes without images.
+def _image_size(path: str, on_bad_sample: str):
+    """(height, width) of an image file, decoded once with PIL (a header alone misses truncated files);
+    None for a bad file under data.on_bad_sample=skip.
 
-    Each file is decoded once with PIL (a header alone misses truncated files). A bad file (corrupt,
-    truncated, a symbolic link to nothing, or beyond PIL's decompression-bomb limit) is an error naming
-    it, or with data.on_bad_sample=skip it is listed and left out.
+    A bad file (missing, corrupt, truncated, a symbolic link to nothing, or beyond PIL's
+    decompression-bomb limit) is an error naming it, or with data.on_bad_sample=skip it is left out.
     """
     from PIL import Image
 
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            raise OSError(f"a symbolic link to the missing {os.readlink(path)!r}")
+        with Image.open(path) as im:
+            im.load()
+            return im.height, im.width
+    # PIL's errors for corrupt or truncated data; DecompressionBombError (over 2x
+    # Image.MAX_IMAGE_PIXELS, ~179 megapixels) is none of them.
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        if on_bad_sample == "error":
+            raise DataError(
+                f"{path!r} is not a readable image ({e}). Remove or replace it, or set "
+                "data.on_bad_sample=skip to train without such files."
+            ) from None
+        return None
+
+
+def _image_sizes(folder, classes, on_bad_sample: str):
+    """(height, width) of every decodable image under folder/<class>/, the good files as (path, class),
+    the files that are not decodable, and the classes without images (see _image_size)."""
     sizes, good, bad, empty = [], [], [], []
     for c in classes:
         found = 0
@@ -110,23 +129,13 @@ def _image_sizes(folder, classes, on_bad_sample: str):
             # A dangling symlink is neither a file nor a directory; MindSpore's reader would list it.
             if entry.is_dir() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
                 continue
-            try:
-                if entry.is_symlink() and not os.path.exists(entry.path):
-                    raise OSError(f"a symbolic link to the missing {os.readlink(entry.path)!r}")
-                with Image.open(entry.path) as im:
-                    im.load()
-                    sizes.append((im.height, im.width))
-                    good.append((entry.path, c))
-                    found += 1
-            # PIL's errors for corrupt or truncated data; DecompressionBombError (over 2x
-            # Image.MAX_IMAGE_PIXELS, ~179 megapixels) is none of them.
-            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-                if on_bad_sample == "error":
-                    raise DataError(
-                        f"{entry.path!r} is not a readable image ({e}). Remove or replace it, or set "
-                        "data.on_bad_sample=skip to train without such files."
-                    ) from None
+            size = _image_size(entry.path, on_bad_sample)
+            if size is None:
                 bad.append(entry.path)
+                continue
+            sizes.append(size)
+            good.append((entry.path, c))
+            found += 1
         if not found:
             empty.append(c)
     if len(empty) == len(classes):
@@ -180,6 +189,80 @@ def imagefolder(cfg, seed):
         splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.
     return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
+
+
+def _read_list(path: str, root: str) -> list:
+    """(image path, label) rows of a `path,label` CSV file; paths relative to root; an optional header
+    row `path,label`."""
+    import csv
+
+    if not os.path.isfile(path):
+        raise DataError(f"data.root lacks {os.path.basename(path)}: {path!r} (rows of `path,label`).")
+    rows = []
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.reader(f), 1):
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) != 2 or not row[0].strip() or not row[1].strip():
+                raise DataError(f"{path}:{n}: expected `path,label`, got {','.join(row)!r}.")
+            if n == 1 and [c.strip().lower() for c in row] == ["path", "label"]:
+                continue
+            rows.append((os.path.join(root, os.path.expanduser(row[0].strip())), row[1].strip()))
+    if not rows:
+        raise DataError(f"{path!r} lists no images (rows of `path,label`).")
+    return rows
+
+
+def csvlist(cfg, seed):
+    """root/train.csv and root/val.csv, rows `path,label`, for data not laid out as class folders.
+
+    Paths are relative to root (or absolute). Labels are class names, indexed in sorted order, or
+    integers 0..K-1 when every label is one. Files are measured and decoded as imagefolder's are.
+    """
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    lists = {split: _read_list(os.path.join(root, f"{split}.csv"), root) for split in ("train", "val")}
+    labels = [label for rows in lists.values() for _, label in rows]
+    if all(label.isdigit() for label in labels):
+        classes = [str(i) for i in range(max(int(label) for label in labels) + 1)]
+        index = {c: i for i, c in enumerate(classes)}
+        index.update({label: int(label) for label in labels})  # "007" is class 7
+    else:
+        classes = sorted({label for _, label in lists["train"]})
+        unknown = sorted({label for _, label in lists["val"]} - set(classes))
+        if unknown:
+            raise DataError(
+                f"val.csv has labels that train.csv lacks: {unknown[:5]}; every val class needs training images."
+            )
+        index = {c: i for i, c in enumerate(classes)}
+    policy = cfg.on_bad_sample
+    mode = ds.config.ErrorSamplesMode
+    ds.config.set_error_samples_mode(mode.SKIP if policy == "skip" else mode.RETURN)
+    splits, sizes, skipped = {}, {}, []
+    for split, rows in lists.items():
+        measured = [(path, label, _image_size(path, policy)) for path, label in rows]
+        good = [(path, label) for path, label, size in measured if size is not None]
+        skipped += [path for path, _, size in measured if size is None]
+        if not good:
+            raise DataError(f"{split}.csv in {root!r} lists no readable image.")
+        sizes[split] = np.array([size for *_, size in measured if size is not None], dtype=np.int64).reshape(-1, 2)
+        splits[split] = _listed_files(good, index).map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
+
+
+def mindrecord(cfg, seed):
+    """root/{train,val}.mindrecord and classes.json, written by `python -m runner.datasets.mindrecord`
+    (datasets/mindrecord.py); read by MindSpore's MindDataset and decoded by its Decode."""
+    from runner.datasets import mindrecord as mr
+
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    classes = mr.read_classes(root)
+    splits, sizes = {}, {}
+    for split in ("train", "val"):
+        d, sizes[split] = mr.read_split(root, split)
+        splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, class_names=classes)
 
 
 CIFAR_IMAGE = 3 * 32 * 32  # the R, G and B planes, row-major, after the label byte(s)
@@ -292,4 +375,6 @@ SOURCES = {
     "cifar10": cifar10,
     "cifar100": cifar100,
     "mnist": mnist,
+    "csv": csvlist,
+    "mindrecord": mindrecord,
 }

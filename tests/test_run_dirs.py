@@ -106,3 +106,27 @@ def test_lifecycle_commands_write_only_a_new_directory_of_their_own(finished, us
             preflight_of(f"runner.{command}", *args, f"hydra.run.dir={where}")
     preflight_of(f"runner.{command}", *args)  # the default: a new <run>/<command>-<time>
     preflight_of(f"runner.{command}", *args, f"hydra.run.dir={tmp_path / 'out'}")
+
+
+@pytest.mark.parametrize("subdir", ["/tmp/elsewhere", "../..", ".hydra/../../x"])
+def test_hydras_record_stays_inside_the_run(tmp_path, subdir):
+    # hydra.output_subdir is where Hydra writes config.yaml, hydra.yaml and overrides.yaml.
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="hydra.output_subdir=.* is refused"):
+        preflight_of("runner.__main__", f"hydra.output_subdir={subdir}", f"hydra.run.dir={tmp_path / 'r'}")
+
+
+def test_sweepers_and_launchers_write_only_inside_the_sweep_directory(tmp_path):
+    from runner.errors import ConfigError
+
+    sweep = ["-m", f"hydra.sweep.dir={tmp_path / 's'}", "dry_run=true"]
+    optuna = [*sweep, "hydra/sweeper=optuna_accuracy", "hydra.sweeper.n_trials=1"]
+    for storage in (f"sqlite:///{tmp_path / 'mine.db'}", "postgresql://db.example/x"):
+        with pytest.raises(ConfigError, match="hydra.sweeper.storage=.* is refused"):
+            preflight_of("runner.__main__", *optuna, f"hydra.sweeper.storage={storage}")
+    preflight_of("runner.__main__", *optuna, "hydra.sweeper.storage=sqlite:///${hydra.sweep.dir}/optuna.db")
+    with pytest.raises(ConfigError, match="hydra.launcher.submitit_folder=.* is refused"):
+        submitit = ["hydra/launcher=submitit_local", f"hydra.launcher.submitit_folder={tmp_path / 'mine'}"]
+        preflight_of("runner.__main__", *sweep, "seed=1,2", *submitit)
+    preflight_of("runner.__main__", *sweep, "seed=1,2", "hydra/launcher=submitit_local")

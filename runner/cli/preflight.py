@@ -150,6 +150,22 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
         return out
 
 
+def _inside_sweep_dir(where: str, value, hydra: dict) -> None:
+    """Refuse a place a sweeper or launcher writes to (Optuna's study database, submitit's job files)
+    outside the sweep directory: nothing is written into a directory that is not the sweep's."""
+    sweep = os.path.abspath(str((hydra.get("sweep") or {}).get("dir")))
+    path = str(value)
+    if where == "hydra.sweeper.storage":
+        path = path[len("sqlite:///") :] if path.startswith("sqlite:///") else ""
+    if not path or not os.path.abspath(path).startswith(sweep + os.sep):
+        raise refuse(
+            where,
+            value,
+            f"it is written to, and must lie inside the sweep directory ({sweep}); for Optuna, "
+            "sqlite:///${hydra.sweep.dir}/optuna.db keeps a resumable study there.",
+        )
+
+
 def _expected_handlers(hydra: dict) -> list:
     """(class, filename, stream) of the handlers in Hydra's own shipped logging configs, their file names
     resolved for this run: the only handlers a config may use (the console, <run dir>/<job name>.log)."""
@@ -211,6 +227,26 @@ def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool
                 value,
                 f"hydra.job.env_set may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, CPATH, "
                 "LD_PRELOAD, PYTHONPATH, ...) make the run's processes run or load code of the config's choosing.",
+            )
+        if where.startswith("hydra.launcher.") and isinstance(value, str) and ("\n" in value or "\r" in value):
+            raise refuse(
+                where,
+                value,
+                "a launcher's settings become lines of a job script (Slurm's #SBATCH header), so a line break "
+                "in one would add a command of its own.",
+            )
+        if where in ("hydra.sweeper.storage", "hydra.launcher.submitit_folder") and value is not None:
+            _inside_sweep_dir(where, value, hydra)
+        if (
+            where == "hydra.output_subdir"
+            and value is not None
+            and (os.path.isabs(str(value)) or ".." in str(value).split("/"))
+        ):
+            raise refuse(
+                where,
+                value,
+                "Hydra writes its record (config.yaml, hydra.yaml, overrides.yaml) there, which must stay inside the "
+                "run's own directory.",
             )
         if where == "hydra.job.name" and (os.sep in str(value) or str(value).startswith(".")):
             raise refuse(where, value, "the job name becomes the log file's name and cannot be a path.")

@@ -59,6 +59,7 @@ class RunMetrics:
     mode: str = ""
     device_target: str = ""
     cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
+    conv: dict = field(default_factory=dict)  # model.conv: asked, path (as run), reason, cost of a fallback
     seed: int = 0
     batch_size: int = 0  # global batch
     effective_batch_size: int = 0  # samples per optimizer update: batch_size x optim.accumulate_steps

@@ -140,14 +140,15 @@ def set_up_device(cfg) -> str:
 def before_mindspore(cfg) -> None:
     """What must happen before MindSpore loads: oneDNN reads its ISA cap once (runner/training/environment.py)."""
     from runner.config.checks import check_tools
-    from runner.training.environment import cap_cpu_isa
+    from runner.training.environment import cap_cpu_isa, choose_conv
 
+    cfg.model.conv = choose_conv(cfg)["path"]  # best: decided on this machine, as training decides it
     try:
         check_tools(cfg)
     except ModelError as e:
         # A run trained with model.conv=onednn, used on a machine without a compiler: MindSpore's own
         # Conv2D computes the same numbers (to 1e-5) from the same parameters.
-        log.warning("The run trained with model.conv=onednn; here: %s Using MindSpore's own Conv2D instead.", e)
+        log.warning("The run trained with model.conv=onednn, which runs native convolutions here: %s", e)
         cfg.model.conv = "native"
     cap_cpu_isa(cfg.device, cfg.model.conv)
 

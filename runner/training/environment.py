@@ -1,8 +1,11 @@
 """Consumer of the `device` and `mode` groups: process environment, MindSpore context and seeds."""
 
+import logging
 import os
 
 from runner.errors import ConfigError
+
+log = logging.getLogger("runner")
 
 ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 
@@ -44,6 +47,34 @@ def check_cpu_isa(device) -> None:
             )
         if ISA_VAR in os.environ:
             return  # the user's variable wins over device.cpu_isa_cap (cap_cpu_isa)
+
+
+def choose_conv(cfg) -> dict:
+    """model.conv as this process runs it, decided before MindSpore loads: {asked, path, reason, cost, onednn_pays}.
+
+    `best` (the default) is onednn where its kernels pay and its library loads, else native, said once
+    in one line (models/onednn.py choose); every other value is taken as asked. `onednn_pays`: whether
+    this CPU (under its ISA cap) is one where onednn is the faster path, for the run's advice.
+    """
+    from runner.models import onednn
+
+    asked = str(getattr(cfg.model.conv, "value", cfg.model.conv))
+    cap = os.environ.get(ISA_VAR)
+    if cap is None and str(cfg.device.cpu_isa_cap).lower() != "auto":
+        cap = str(cfg.device.cpu_isa_cap)
+    cpu = cfg.device.target not in ("gpu", "ascend")
+    pays = cpu and cfg.model.style != "mindcv" and onednn.isa_pays(cap)
+    if asked != "best":
+        return {"asked": asked, "path": asked, "reason": "as configured", "cost": "", "onednn_pays": pays}
+    if cfg.model.style == "mindcv":
+        choice = {"path": "native", "reason": "mindcv models build MindSpore's nn.Conv2d themselves", "cost": ""}
+    elif not cpu:
+        choice = {"path": "native", "reason": f"MindSpore's Conv2D is the fast path on {cfg.device.target}", "cost": ""}
+    else:
+        made = onednn.choose(cap)
+        (log.warning if made.cost else log.info)(made.line())  # a warning only when the fallback costs speed
+        choice = {"path": made.path, "reason": made.reason, "cost": made.cost}
+    return {"asked": asked, **choice, "onednn_pays": pays}
 
 
 def cap_cpu_isa(device, conv: str = "native") -> dict:
