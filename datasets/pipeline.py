@@ -69,10 +69,15 @@ def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, tr
     d = d.map(sample, "image", num_parallel_workers=workers)
     if tensor_ops:  # one worker: their own generator must see the images in pipeline order
         d = d.map(tensor_ops, "image", num_parallel_workers=1)
+    if mix_ops:
+        # One-hot per sample, before batching: MindSpore's OneHot turns a batch of one label, shape (1,),
+        # into shape (depth,), which MixUpBatch/CutMixBatch then refuse (a lone image of its size under
+        # padding=none); per sample, batching stacks rows into (batch, depth) for every batch size.
+        d = d.map(label_ops, "label")
     d = P.batch(d, padding, batch_size, cfg.channels, sizes, train)
     d = d.map(_batch_ops(cfg), "image", num_parallel_workers=workers)
     if mix_ops:
-        d = d.map(label_ops, "label").map(mix_ops, ["image", "label"])
+        d = d.map(mix_ops, ["image", "label"])
     return d
 
 

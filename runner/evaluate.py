@@ -19,7 +19,7 @@ from omegaconf import MISSING, OmegaConf
 
 from runner.cli.app import entry_point
 from runner.errors import ConfigError
-from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
+from runner.rundir.saved_run import DataOverrides, check_run_argument, own_new_dir, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -171,7 +171,7 @@ def main(app) -> float:
         return evaluate(app, HydraConfig.get().runtime.output_dir).top1
 
 
-cli = entry_point(main, lambda argv: check_run_argument(argv, "evaluate"))
+cli = entry_point(main, lambda argv: check_run_argument(argv, "evaluate"), before_run=own_new_dir("evaluate"))
 
 if __name__ == "__main__":
     cli()

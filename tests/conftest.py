@@ -201,6 +201,17 @@ def run_module(module, *args, check=True, timeout=600, env=None):
     return proc
 
 
+def module_in_process(module, *args, check=True):
+    """run_module's twin through cli_in_process: runner.evaluate, runner.predict, runner.export without a new
+    interpreter (their `cli`, the console scripts' function)."""
+    proc = cli_in_process(*args, app=f"{module}:cli")
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(proc.args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
+    return proc
+
+
 def outputs_of(proc) -> Path:
     """The output directory a lifecycle command names on its last line (`... | outputs: <dir>`)."""
     line = proc.stdout.strip().splitlines()[-1]
@@ -222,6 +233,20 @@ def tiny_run(tmp_path_factory):
     """One run of the default configuration at TINY size, shared by the tests that only read it."""
     run_dir = tmp_path_factory.mktemp("tiny_run")
     run_cli(run_dir, *TINY)
+    return run_dir
+
+
+# The second shared run: no validation, no checkpoint, a log line every 20 steps, and the user's own
+# ONEDNN_MAX_CPU_ISA (a subprocess: oneDNN reads it once, when MindSpore loads).
+EVAL_OFF = ["eval=false", "save_checkpoint=false", "log_every=20"]
+EVAL_OFF_ISA = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+
+
+@pytest.fixture(scope="session")
+def eval_off_run(tmp_path_factory):
+    """One TINY run with EVAL_OFF under EVAL_OFF_ISA, shared by the tests that only read it."""
+    run_dir = tmp_path_factory.mktemp("eval_off_run")
+    run_cli(run_dir, *TINY, *EVAL_OFF, env=EVAL_OFF_ISA)
     return run_dir
 
 
@@ -301,5 +326,5 @@ def folder_run(tmp_path_factory):
 def folder_run_evaluated(folder_run):
     """(run directory, data root, evaluate's metrics.json) for the shared run, evaluated once."""
     run, root = folder_run
-    out = outputs_of(run_module("runner.evaluate", f"run={run}"))
+    out = outputs_of(module_in_process("runner.evaluate", f"run={run}"))
     return run, root, json.loads((out / "metrics.json").read_text())

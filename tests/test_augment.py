@@ -170,6 +170,28 @@ def test_mixed_labels_need_room_for_every_class():
         build_data(cfg.data, cfg.padding, 32, 0, augment=cfg.augment, label_depth=8)
 
 
+@pytest.mark.parametrize("mix", ["augment.mixup.alpha=0.2", "augment.cutmix.alpha=1.0"])
+def test_a_batch_of_one_image_is_mixed_too(tmp_path, mix):
+    """padding=none batches images by size: a size held by one image makes a batch of one, whose one-hot
+    label MindSpore's OneHot used to flatten to (depth,), which MixUpBatch refused mid-training."""
+    from PIL import Image
+
+    from runner.datasets import build_data
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (tmp_path / split / c).mkdir(parents=True)
+            for i in range(4):
+                Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8)).save(tmp_path / split / c / f"{i}.png")
+    Image.fromarray(rng.integers(0, 255, (12, 12), dtype=np.uint8)).save(tmp_path / "train" / "a" / "alone.png")
+    cfg = compose_cfg(*TINY, "data=imagefolder", f"data.root={tmp_path}", "data.channels=1", "data.mean=[0.5]",
+                      "data.std=[0.5]", "padding=none", mix)  # fmt: skip
+    data = build_data(cfg.data, cfg.padding, 4, 0, augment=cfg.augment)
+    shapes = sorted((x.shape, y.shape) for x, y in data.train.create_tuple_iterator(output_numpy=True))
+    assert shapes == [((1, 1, 12, 12), (1, 2)), ((4, 1, 8, 8), (4, 2)), ((4, 1, 8, 8), (4, 2))]
+
+
 def test_training_batches_carry_mixed_labels_and_validation_hard_ones():
     from runner.datasets import build_data
 

@@ -23,7 +23,7 @@ def test_two_workers_agree_and_match_single_process(tmp_path):
     for name in ("metrics.json", "model.ckpt", "config.yaml", ".hydra/config.yaml", "checkpoints/latest.json"):
         assert (dp / name).exists(), name
     a, b = metrics(one), metrics(dp)
-    assert b["distributed"] == {"workers": 2, "per_rank_batch": a["batch_size"] // 2}
+    assert b["distributed"] == {"workers": 2, "per_rank_batch": a["batch_size"] // 2, "threads_per_rank": 1}
     assert b["steps"] == a["steps"]  # same global batch, same number of optimizer steps
     # Tolerance: the same global batch is made of two per-rank shards with per-rank BatchNorm
     # statistics, so the run is close, not identical (measured: val_loss 0.0997 vs 0.0957).

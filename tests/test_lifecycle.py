@@ -12,6 +12,7 @@ from conftest import (
     REPO,
     folder_run_args,
     metrics,
+    module_in_process,
     outputs_of,
     run_cli,
     run_module,
@@ -60,7 +61,9 @@ def test_the_run_records_its_class_names(folder_run):
 def test_evaluate_a_resumable_checkpoint_by_path(folder_run_evaluated):
     run, root, final = folder_run_evaluated
     # The last resumable checkpoint holds the final weights (plus optimizer state, ignored here).
-    by_path = run_module("runner.evaluate", f"run={run}", f"ckpt={next((run / 'checkpoints').glob('step_*.ckpt'))}")
+    by_path = module_in_process(
+        "runner.evaluate", f"run={run}", f"ckpt={next((run / 'checkpoints').glob('step_*.ckpt'))}"
+    )
     last = json.loads((outputs_of(by_path) / "metrics.json").read_text())
     assert last["top1"] == final["top1"] and Path(last["checkpoint"]).parent.name == "checkpoints"
 
@@ -69,7 +72,7 @@ def test_evaluate_on_other_data_with_the_runs_preprocessing(folder_run, tmp_path
     run, _ = folder_run
     # Another folder with the same classes: evaluated with the run's preprocessing, on its own images.
     other = word_digit_folder(tmp_path / "other", sizes=[(20, 20)], per_class=2, val_per_class=3, seed=5)
-    proc = run_module("runner.evaluate", f"run={run}", f"data.root={other}")
+    proc = module_in_process("runner.evaluate", f"run={run}", f"data.root={other}")
     m = json.loads((outputs_of(proc) / "metrics.json").read_text())
     assert m["samples"] == 30 and m["data_overrides"] == {"root": str(other)}
     assert "top1 " in proc.stdout and "30 samples" in proc.stdout
@@ -85,7 +88,7 @@ def test_predict_agrees_with_evaluate_and_skips_unreadable_files(folder_run_eval
     (images / "three" / "broken.png").write_bytes(b"not an image")
     Image.new("L", (8, 8), 128).save(images / "three" / "really_a.png", format="GIF")  # PIL reads it, Decode not
     # batch_size 7 does not divide 40: the last batch is partial, and rows must still match their files.
-    proc = run_module("runner.predict", f"run={run}", f"input={images}", "topk=3", "batch_size=7")
+    proc = module_in_process("runner.predict", f"run={run}", f"input={images}", "topk=3", "batch_size=7")
     out = outputs_of(proc)
     rows = predictions(out)
     assert len(rows) == 40 and list(rows[0]) == ["path", "label_1", "prob_1", "label_2", "prob_2", "label_3", "prob_3"]
@@ -105,7 +108,7 @@ def test_predict_agrees_with_evaluate_and_skips_unreadable_files(folder_run_eval
 def test_predict_one_file(folder_run):
     run, root = folder_run
     image = next((root / "val" / "seven").glob("*.png"))
-    proc = run_module("runner.predict", f"run={run}", f"input={image}", "topk=20")
+    proc = module_in_process("runner.predict", f"run={run}", f"input={image}", "topk=20")
     rows = predictions(outputs_of(proc))
     assert len(rows) == 1 and rows[0]["path"] == str(image)
     assert "label_10" in rows[0] and "label_11" not in rows[0]  # topk is capped at the number of classes
@@ -144,7 +147,7 @@ def test_predict_many_sizes_with_every_padding(tmp_path, padding):
 def test_export_matches_the_checkpoint(folder_run, fmt, batch):
     pytest.importorskip("onnxruntime") if fmt == "onnx" else None
     run, _ = folder_run
-    proc = run_module("runner.export", f"run={run}", f"format={fmt}", f"batch_size={batch}", "parity_samples=10")
+    proc = module_in_process("runner.export", f"run={run}", f"format={fmt}", f"batch_size={batch}", "parity_samples=10")
     out = outputs_of(proc)
     record = json.loads((out / "export.json").read_text())
     (file,) = record["files"]
@@ -186,7 +189,7 @@ def assert_clean_error(proc, *culprits):
 @pytest.mark.parametrize("command", ["runner.evaluate", "runner.predict", "runner.export"])
 def test_a_directory_without_config_yaml_is_refused(tmp_path, command):
     (tmp_path / "model.ckpt").write_bytes(b"")
-    proc = run_module(command, f"run={tmp_path}", "input=x.png", check=False)
+    proc = module_in_process(command, f"run={tmp_path}", "input=x.png", check=False)
     assert_clean_error(proc, tmp_path, "config.yaml")
     assert list(tmp_path.iterdir()) == [tmp_path / "model.ckpt"]  # nothing was created in it
 
@@ -201,24 +204,24 @@ def test_a_checkpoint_that_does_not_fit_is_refused(folder_run, tmp_path):
     params[head] = ms.Parameter(ms.Tensor(np.zeros((5, 32), np.float32)), name=head)
     misfit = tmp_path / "five_classes.ckpt"
     ms.save_checkpoint([{"name": n, "data": p} for n, p in params.items()], str(misfit))
-    proc = run_module("runner.evaluate", f"run={run}", f"ckpt={misfit}", check=False)
+    proc = module_in_process("runner.evaluate", f"run={run}", f"ckpt={misfit}", check=False)
     assert_clean_error(proc, misfit, head, "(10, 32) in the network, (5, 32) in the checkpoint")
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"\x00" * 100)
     image = next((root / "val" / "one").glob("*.png"))
     assert_clean_error(
-        run_module("runner.predict", f"run={run}", f"ckpt={garbage}", f"input={image}", check=False), garbage
+        module_in_process("runner.predict", f"run={run}", f"ckpt={garbage}", f"input={image}", check=False), garbage
     )
-    assert_clean_error(run_module("runner.export", f"run={run}", "ckpt=nope.ckpt", check=False), "nope.ckpt")
+    assert_clean_error(module_in_process("runner.export", f"run={run}", "ckpt=nope.ckpt", check=False), "nope.ckpt")
 
 
 def test_an_image_that_cannot_be_read_is_refused(folder_run, tmp_path):
     run, _ = folder_run
     image = tmp_path / "scan.jpg"
     image.write_bytes(b"\xff\xd8\xff truncated")
-    assert_clean_error(run_module("runner.predict", f"run={run}", f"input={image}", check=False), image)
+    assert_clean_error(module_in_process("runner.predict", f"run={run}", f"input={image}", check=False), image)
     missing = tmp_path / "nowhere"
-    assert_clean_error(run_module("runner.predict", f"run={run}", f"input={missing}", check=False), missing)
+    assert_clean_error(module_in_process("runner.predict", f"run={run}", f"input={missing}", check=False), missing)
 
 
 def test_an_export_format_that_is_not_installed_is_refused(folder_run, tmp_path):

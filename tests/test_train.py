@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from conftest import metrics, run_cli
+from conftest import EVAL_OFF, EVAL_OFF_ISA, TINY, compose_cfg, metrics, run_cli
 
 # The default configuration at TINY size, seed 0, measured on MindSpore 2.10.0 CPU (graph, O0): the loss
 # at steps 1, 11, 22, 33 and 44 of the one epoch, and the validation result. A change to the data
@@ -63,16 +63,16 @@ def test_sink_on_trains_and_reports_what_ran(tmp_path, tiny):
 
 
 @pytest.mark.cpu_only
-def test_auto_amp_on_cpu_uses_o0(tmp_path, tiny):
-    run_cli(tmp_path, "amp=auto", *tiny)
-    m = metrics(tmp_path)
+def test_auto_amp_on_cpu_uses_o0(tiny_run):
+    m = metrics(tiny_run)  # amp=auto is the default: the shared TINY run is an amp=auto run
+    assert compose_cfg(*TINY).amp.level == "auto"
     assert m["amp_level_used"] == "O0" and m["loss_scale"]["type"] == "none"
     assert m["cpu_isa"] == {"value": "AVX2", "set_by": "runner"}
 
 
-def test_user_isa_value_is_respected(tmp_path, tiny):
-    run_cli(tmp_path, "eval=false", *tiny, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
-    assert metrics(tmp_path)["cpu_isa"] == {"value": "AVX512_CORE", "set_by": "user"}
+def test_user_isa_value_is_respected(eval_off_run):
+    assert EVAL_OFF_ISA == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}  # what the shared run was started with
+    assert metrics(eval_off_run)["cpu_isa"] == {"value": "AVX512_CORE", "set_by": "user"}
 
 
 @pytest.mark.slow
@@ -90,11 +90,11 @@ def test_default_configuration_reaches_98_percent(tmp_path):
     assert len(lines) == m["steps"] // 20 + 1
 
 
-def test_eval_off_and_no_checkpoint(tmp_path, tiny):
-    run_cli(tmp_path, "eval=false", "save_checkpoint=false", *tiny)
-    m = metrics(tmp_path)
+def test_eval_off_and_no_checkpoint(eval_off_run):
+    assert {"eval=false", "save_checkpoint=false"} <= set(EVAL_OFF)
+    m = metrics(eval_off_run)
     assert m["val_accuracy"] is None and m["checkpoint"] is None
-    assert not (tmp_path / "model.ckpt").exists()
+    assert not (eval_off_run / "model.ckpt").exists()
 
 
 def test_checkpoints_are_written_read_only_for_their_owner(tiny_run):

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, outputs_of, run_cli, run_in_process, run_module
+from conftest import TINY, metrics, module_in_process, outputs_of, run_cli, run_in_process
 
 
 def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
@@ -78,7 +78,7 @@ def test_early_stop_stops_on_a_plateau_and_keeps_the_best(tmp_path):
     assert m["val_accuracy"] == best["value"]
     assert "early stop at epoch" in (tmp_path / "runner.log").read_text()
     # And runner.evaluate of the run (model.ckpt) reproduces them.
-    out = outputs_of(run_module("runner.evaluate", f"run={tmp_path}"))
+    out = outputs_of(module_in_process("runner.evaluate", f"run={tmp_path}"))
     assert json.loads((out / "metrics.json").read_text())["top1"] == m["val_accuracy"]
 
 

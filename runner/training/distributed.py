@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+from typing import Optional
 
 from runner.errors import ConfigError, UserError
 from runner.report.metrics import RunMetrics
@@ -187,6 +188,20 @@ def init(dist_cfg):
     comm_init()  # the scheduler process (MS_ROLE=MS_SCHED) serves the cluster here and exits at its end
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     return get_rank(), get_group_size()
+
+
+def rank_threads(dist_cfg) -> Optional[int]:
+    """CPU threads for each rank when several data-parallel ranks share this host (None: one process).
+
+    The CPUs this process may use, shared evenly by the host's ranks: left alone, each rank's pools
+    (MindSpore's and model.conv=onednn's) would start one thread per CPU and oversubscribe the host.
+    """
+    if dist_cfg.mode != "dp":
+        return None
+    local = dist_cfg.local_workers if dist_cfg.local_workers is not None else dist_cfg.workers
+    if local <= 1:
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // local)
 
 
 def local_batch(batch_size: int, world: int) -> int:
