@@ -106,3 +106,27 @@ def test_the_api_loads_on_first_use():
         "assert sorted(runner.__all__) == sorted(n for n in runner.__all__ if getattr(runner, n))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd="/")
+
+
+@pytest.mark.slow
+def test_a_signal_raises_interrupted_and_the_run_resumes(tmp_path):
+    import signal
+    import threading
+    import time
+
+    run = tmp_path / "run"
+    first = run / "checkpoints" / "step_00000044.ckpt"  # the end of epoch 1
+
+    def send_sigterm_after_epoch_1():
+        deadline = time.time() + 300
+        while not first.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # the checkpointer's handler takes it in the main thread
+
+    threading.Thread(target=send_sigterm_after_epoch_1, daemon=True).start()
+    with pytest.raises(runner.Interrupted) as stopped:
+        runner.train(runner.compose(*TINY, "epochs=3"), str(run))
+    assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 143
+    assert str(run) not in lock._held and not (run / "metrics.json").exists()
+    m = runner.train(runner.compose(*TINY, "epochs=3", "resume=true"), str(run))
+    assert m.steps == 132 == len(m.loss_curve) and m.resumed_from
