@@ -24,6 +24,10 @@ class DataSource(Choice):
     synthetic = "synthetic"
     imagefolder = "imagefolder"
     cifar10 = "cifar10"
+    cifar100 = "cifar100"
+    mnist = "mnist"
+    csv = "csv"
+    mindrecord = "mindrecord"
 
 
 class BadSample(Choice):
@@ -57,7 +61,7 @@ class PaddingConfig:
 @dataclass
 class DataConfig:
     name: DataSource = MISSING
-    root: Optional[str] = None  # imagefolder, cifar10
+    root: Optional[str] = None  # imagefolder, cifar10, cifar100, mnist, csv, mindrecord
     channels: int = 1  # channels the network sees (images are converted)
     num_classes: int = 10  # synthetic only; other sources count their classes
     num_samples: int = 512  # synthetic only
@@ -67,7 +71,7 @@ class DataConfig:
     mean: List[float] = field(default_factory=lambda: [0.5])
     std: List[float] = field(default_factory=lambda: [0.5])
     input_scale: float = 1.0  # multiplies the normalised images (a fault to test AMP: 1e5 overflows FP16)
-    on_bad_sample: BadSample = BadSample.error  # imagefolder: an undecodable file stops the run, or is skipped
+    on_bad_sample: BadSample = BadSample.error  # imagefolder, csv: an undecodable file stops the run, or is skipped
     mirrorable: bool = True  # false: a horizontal flip changes what an image means (digits); augment.hflip is refused
 
 

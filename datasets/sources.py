@@ -93,16 +93,35 @@ def _need_dir(path, what):
         raise DataError(f"{what} {path!r} does not exist or is not a directory.")
 
 
-def _image_sizes(folder, classes, on_bad_sample: str):
-    """(height, width) of every decodable image under folder/<class>/, the good files as (path, class),
-    the files that are not decodable, and the classes without images.
+def _image_size(path: str, on_bad_sample: str):
+    """(height, width) of an image file, decoded once with PIL (a header alone misses truncated files);
+    None for a bad file under data.on_bad_sample=skip.
 
-    Each file is decoded once with PIL (a header alone misses truncated files). A bad file (corrupt,
-    truncated, a symbolic link to nothing, or beyond PIL's decompression-bomb limit) is an error naming
-    it, or with data.on_bad_sample=skip it is listed and left out.
+    A bad file (missing, corrupt, truncated, a symbolic link to nothing, or beyond PIL's
+    decompression-bomb limit) is an error naming it, or with data.on_bad_sample=skip it is left out.
     """
     from PIL import Image
 
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            raise OSError(f"a symbolic link to the missing {os.readlink(path)!r}")
+        with Image.open(path) as im:
+            im.load()
+            return im.height, im.width
+    # PIL's errors for corrupt or truncated data; DecompressionBombError (over 2x
+    # Image.MAX_IMAGE_PIXELS, ~179 megapixels) is none of them.
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        if on_bad_sample == "error":
+            raise DataError(
+                f"{path!r} is not a readable image ({e}). Remove or replace it, or set "
+                "data.on_bad_sample=skip to train without such files."
+            ) from None
+        return None
+
+
+def _image_sizes(folder, classes, on_bad_sample: str):
+    """(height, width) of every decodable image under folder/<class>/, the good files as (path, class),
+    the files that are not decodable, and the classes without images (see _image_size)."""
     sizes, good, bad, empty = [], [], [], []
     for c in classes:
         found = 0
@@ -110,23 +129,13 @@ def _image_sizes(folder, classes, on_bad_sample: str):
             # A dangling symlink is neither a file nor a directory; MindSpore's reader would list it.
             if entry.is_dir() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
                 continue
-            try:
-                if entry.is_symlink() and not os.path.exists(entry.path):
-                    raise OSError(f"a symbolic link to the missing {os.readlink(entry.path)!r}")
-                with Image.open(entry.path) as im:
-                    im.load()
-                    sizes.append((im.height, im.width))
-                    good.append((entry.path, c))
-                    found += 1
-            # PIL's errors for corrupt or truncated data; DecompressionBombError (over 2x
-            # Image.MAX_IMAGE_PIXELS, ~179 megapixels) is none of them.
-            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-                if on_bad_sample == "error":
-                    raise DataError(
-                        f"{entry.path!r} is not a readable image ({e}). Remove or replace it, or set "
-                        "data.on_bad_sample=skip to train without such files."
-                    ) from None
+            size = _image_size(entry.path, on_bad_sample)
+            if size is None:
                 bad.append(entry.path)
+                continue
+            sizes.append(size)
+            good.append((entry.path, c))
+            found += 1
         if not found:
             empty.append(c)
     if len(empty) == len(classes):
@@ -182,21 +191,97 @@ def imagefolder(cfg, seed):
     return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
 
 
-CIFAR_RECORD = 1 + 3 * 32 * 32  # label byte, then the R, G and B planes, row-major
+def _read_list(path: str, root: str) -> list:
+    """(image path, label) rows of a `path,label` CSV file; paths relative to root; an optional header
+    row `path,label`."""
+    import csv
+
+    if not os.path.isfile(path):
+        raise DataError(f"data.root lacks {os.path.basename(path)}: {path!r} (rows of `path,label`).")
+    rows = []
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.reader(f), 1):
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) != 2 or not row[0].strip() or not row[1].strip():
+                raise DataError(f"{path}:{n}: expected `path,label`, got {','.join(row)!r}.")
+            if n == 1 and [c.strip().lower() for c in row] == ["path", "label"]:
+                continue
+            rows.append((os.path.join(root, os.path.expanduser(row[0].strip())), row[1].strip()))
+    if not rows:
+        raise DataError(f"{path!r} lists no images (rows of `path,label`).")
+    return rows
 
 
-def _cifar_file(path):
+def csvlist(cfg, seed):
+    """root/train.csv and root/val.csv, rows `path,label`, for data not laid out as class folders.
+
+    Paths are relative to root (or absolute). Labels are class names, indexed in sorted order, or
+    integers 0..K-1 when every label is one. Files are measured and decoded as imagefolder's are.
+    """
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    lists = {split: _read_list(os.path.join(root, f"{split}.csv"), root) for split in ("train", "val")}
+    labels = [label for rows in lists.values() for _, label in rows]
+    if all(label.isdigit() for label in labels):
+        classes = [str(i) for i in range(max(int(label) for label in labels) + 1)]
+        index = {c: i for i, c in enumerate(classes)}
+        index.update({label: int(label) for label in labels})  # "007" is class 7
+    else:
+        classes = sorted({label for _, label in lists["train"]})
+        unknown = sorted({label for _, label in lists["val"]} - set(classes))
+        if unknown:
+            raise DataError(
+                f"val.csv has labels that train.csv lacks: {unknown[:5]}; every val class needs training images."
+            )
+        index = {c: i for i, c in enumerate(classes)}
+    policy = cfg.on_bad_sample
+    mode = ds.config.ErrorSamplesMode
+    ds.config.set_error_samples_mode(mode.SKIP if policy == "skip" else mode.RETURN)
+    splits, sizes, skipped = {}, {}, []
+    for split, rows in lists.items():
+        measured = [(path, label, _image_size(path, policy)) for path, label in rows]
+        good = [(path, label) for path, label, size in measured if size is not None]
+        skipped += [path for path, _, size in measured if size is None]
+        if not good:
+            raise DataError(f"{split}.csv in {root!r} lists no readable image.")
+        sizes[split] = np.array([size for *_, size in measured if size is not None], dtype=np.int64).reshape(-1, 2)
+        splits[split] = _listed_files(good, index).map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
+
+
+def mindrecord(cfg, seed):
+    """root/{train,val}.mindrecord and classes.json, written by `python -m runner.datasets.mindrecord`
+    (datasets/mindrecord.py); read by MindSpore's MindDataset and decoded by its Decode."""
+    from runner.datasets import mindrecord as mr
+
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    classes = mr.read_classes(root)
+    splits, sizes = {}, {}
+    for split in ("train", "val"):
+        d, sizes[split] = mr.read_split(root, split)
+        splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, class_names=classes)
+
+
+CIFAR_IMAGE = 3 * 32 * 32  # the R, G and B planes, row-major, after the label byte(s)
+
+
+def _cifar_file(path, label_bytes: int = 1, classes: int = 10, what: str = "CIFAR-10"):
+    """(images HWC uint8, labels int32) of a CIFAR binary file; CIFAR-100 records carry the coarse label
+    first and the fine one (used here) second."""
+    record = label_bytes + CIFAR_IMAGE
     raw = np.fromfile(path, dtype=np.uint8)
-    if raw.size == 0 or raw.size % CIFAR_RECORD:
+    if raw.size == 0 or raw.size % record:
         raise DataError(
-            f"{path!r} is not CIFAR-10 binary data: {raw.size} bytes is not a whole number of "
-            f"{CIFAR_RECORD}-byte records."
+            f"{path!r} is not {what} binary data: {raw.size} bytes is not a whole number of {record}-byte records."
         )
-    records = raw.reshape(-1, CIFAR_RECORD)
-    labels = records[:, 0].astype(np.int32)
-    if labels.max() > 9:
-        raise DataError(f"{path!r} has label {labels.max()}; CIFAR-10 labels are 0..9.")
-    return records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
+    records = raw.reshape(-1, record)
+    labels = records[:, label_bytes - 1].astype(np.int32)
+    if labels.max() > classes - 1:
+        raise DataError(f"{path!r} has label {labels.max()}; {what} labels are 0..{classes - 1}.")
+    return records[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
 def cifar10(cfg, seed):
@@ -211,7 +296,7 @@ def cifar10(cfg, seed):
     missing = [n for n in names if not os.path.isfile(os.path.join(root, n))]
     if missing:
         raise DataError(f"data.root {root!r} lacks CIFAR-10 binary files {missing} (the 'binary version' download).")
-    parts = [_cifar_file(os.path.join(root, n)) for n in names]
+    parts = [_cifar_file(os.path.join(root, n)) for n in names]  # CIFAR-10: one label byte, 10 classes
     train = (np.concatenate([p[0] for p in parts[:5]]), np.concatenate([p[1] for p in parts[:5]]))
     test = parts[5]
 
@@ -222,8 +307,74 @@ def cifar10(cfg, seed):
     return Source(make(*train), make(*test), 10, *sizes, 3, class_names=CIFAR10_CLASSES)
 
 
+def cifar100(cfg, seed):
+    """CIFAR-100 binary files in data.root (train.bin, test.bin; fine labels, 100 classes; class names
+    from fine_label_names.txt when present).
+
+    Read with numpy, not MindSpore's Cifar100Dataset, for the reason cifar10 is: that reader refuses a
+    file that is not the full 50000/10000 records ("Invalid cifar100 file, failed to read data"
+    on a 30-record train.bin, MindSpore 2.10), so subsets and small test sets fail there.
+    """
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    missing = [n for n in ("train.bin", "test.bin") if not os.path.isfile(os.path.join(root, n))]
+    if missing:
+        raise DataError(f"data.root {root!r} lacks CIFAR-100 binary files {missing} (the 'binary version' download).")
+    train, test = (_cifar_file(os.path.join(root, n), 2, 100, "CIFAR-100") for n in ("train.bin", "test.bin"))
+    names_file = os.path.join(root, "fine_label_names.txt")
+    names = None
+    if os.path.isfile(names_file):
+        with open(names_file) as f:
+            names = [line.strip() for line in f if line.strip()] or None
+        if names is not None and len(names) != 100:
+            raise DataError(f"{names_file!r} names {len(names)} classes; CIFAR-100 has 100 (one per line).")
+
+    def make(images, labels):
+        return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False)
+
+    sizes = _same_size(len(train[1]), 32, 32), _same_size(len(test[1]), 32, 32)
+    return Source(make(*train), make(*test), 100, *sizes, 3, class_names=names)
+
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def mnist(cfg, seed):
+    """MNIST (or Fashion-MNIST) idx files in data.root, read by MindSpore's MnistDataset: train-* for
+    training, t10k-* for validation (any number of images; 28x28 gray)."""
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    missing = [n for n in MNIST_FILES if not os.path.isfile(os.path.join(root, n))]
+    if missing:
+        raise DataError(
+            f"data.root {root!r} lacks the MNIST idx files {missing} (uncompressed: gunzip the downloaded *.gz)."
+        )
+    splits, sizes = {}, {}
+    for usage in ("train", "test"):
+        d = ds.MnistDataset(root, usage=usage, shuffle=False)
+        try:
+            n = d.get_dataset_size()  # reads and checks the idx headers
+        except RuntimeError as e:
+            detail = " ".join(str(e).split())[:200]
+            raise DataError(
+                f"The MNIST files in {root!r} cannot be read by MindSpore's MnistDataset: {detail}"
+            ) from None
+        splits[usage] = d.map(T.TypeCast(mstype.int32), "label")  # MnistDataset's labels are uint32
+        sizes[usage] = _same_size(n, 28, 28)
+    return Source(splits["train"], splits["test"], 10, sizes["train"], sizes["test"], 1)
+
+
 # The order of CIFAR-10's labels 0..9 (batches.meta.txt of the binary version).
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
-SOURCES = {"digits": digits, "synthetic": synthetic, "imagefolder": imagefolder, "cifar10": cifar10}
+SOURCES = {
+    "digits": digits,
+    "synthetic": synthetic,
+    "imagefolder": imagefolder,
+    "cifar10": cifar10,
+    "cifar100": cifar100,
+    "mnist": mnist,
+    "csv": csvlist,
+    "mindrecord": mindrecord,
+}

@@ -1,27 +1,33 @@
 """build_model: the network the `model` settings name, sized for the data."""
 
+from typing import Optional
+
 from runner.models.conv import PATHS
 from runner.models.errors import ModelError
 from runner.models.resnet import resnet
 from runner.models.zoo import mindcv_model
 
 
-def build_model(cfg, num_classes: int, in_channels: int, image_size: int):
-    """Build the network `cfg` (models.settings.ModelConfig) names for data of this shape."""
+def build_model(cfg, num_classes: int, in_channels: int, image_size: int, conv: Optional[str] = None):
+    """Build the network `cfg` (models.settings.ModelConfig) names for data of this shape.
+
+    `conv` is model.conv as the caller resolved it (the runner decides `best` before MindSpore loads);
+    None: cfg.conv, with `best` decided here.
+    """
     if cfg.num_classes is not None and cfg.num_classes < num_classes:
         raise ModelError(
             f"The data has {num_classes} classes (labels 0..{num_classes - 1}) but model.num_classes="
             f"{cfg.num_classes}: labels outside the model's classes. "
             "Set model.num_classes=null to take it from the data."
         )
-    conv = getattr(cfg.conv, "value", cfg.conv)
+    conv = conv or getattr(cfg.conv, "value", cfg.conv)
     if cfg.style == "mindcv":
-        if conv != "native":  # a setting that would have no effect
+        if conv not in ("native", "best"):  # a setting that would have no effect
             raise ModelError(
                 f"model.conv={conv} applies to the runner's own ResNets; mindcv models build MindSpore's "
                 "nn.Conv2d themselves. Leave model.conv=native with model=mindcv."
             )
-        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint)
+        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint, image_size)
     if conv not in PATHS:
         raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
     try:

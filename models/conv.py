@@ -28,7 +28,7 @@ from mindspore import Tensor, nn, ops
 
 log = logging.getLogger(__name__)
 
-PATHS = ("native", "gemm", "auto", "onednn")
+PATHS = ("best", "native", "gemm", "auto", "onednn")
 # A handful of timed fwd+bwd repeats after one warm-up; the minimum is the least noisy estimate on a
 # shared machine. The batch is the runner's default batch size (the model is built before the batch
 # size is known to it); the winner can differ with the batch for shapes where both paths are close.
@@ -197,8 +197,9 @@ def _sync(outputs):
 
 def cache_path() -> Path:
     """Where `auto` keeps its measured choices: $XDG_CACHE_HOME (or ~/.cache)/mindspore-runner/."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "mindspore-runner" / "conv-paths.json"
+    from runner.models.onednn import cache_dir
+
+    return cache_dir() / "conv-paths.json"
 
 
 def _cpu_model() -> str:
@@ -243,6 +244,10 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
         raise ValueError(f"model.conv must be one of {', '.join(PATHS)}, got {path!r}")
     if ms.get_context("device_target") != "CPU":
         return "native"
+    if path == "best":  # decided once per process by the runner; here for models built without it
+        from runner.models.onednn import choose
+
+        path = choose(os.environ.get("ONEDNN_MAX_CPU_ISA")).path
     if path == "onednn":
         from runner.models.onednn import library
 

@@ -2,24 +2,28 @@
 
 MindSpore 2.10's Conv2D gives oneDNN plain NCHW memory, for which oneDNN has a per-image im2col + GEMM
 under AVX2 and only reference kernels under AVX-512. Asked for formats of its own choice, the same
-library (mindspore/lib/libdnnl.so.3) runs its blocked direct kernels (jit:avx512_core, brgconv), as
-PyTorch's convolutions do (docs/mindspore-notes.md#cpu-conv-formats). `csrc/onednn_conv.cc` makes the
+library (mindspore/lib/libdnnl.so.3) runs its blocked direct kernels (jit:avx512_core, brgconv; jit:avx2
+on AVX2 CPUs), as PyTorch's convolutions do (docs/mindspore-notes.md#cpu-conv-formats). `csrc/onednn_conv.cc` makes the
 three passes (forward, backward-data, backward-weights) MindSpore AOT custom operators; this module
 compiles it once per machine with the system C++ compiler (about 2 s), caches the library beside
 `model.conv=auto`'s timings, and builds the forward operator with its backward attached.
 
-Those kernels need AVX-512 to be allowed: the runner's AVX2 cap (which MindSpore's own Conv2D needs)
-is not applied when the convolutions run here (runner/training/environment.py).
+The AVX-512 kernels need AVX-512 to be allowed: the runner's AVX2 cap (which MindSpore's own Conv2D
+needs) is not applied when the convolutions run here (runner/training/environment.py). `choose` is
+model.conv=best, the default: this path wherever it pays and builds, else native with the reason.
 """
 
 import ctypes
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -39,6 +43,81 @@ BUILD_ENV = ("PATH", "TMPDIR")
 # dnnl_version()->cpu_runtime of a build for the threadpool runtime, the one the C++ side drives.
 THREADPOOL_RUNTIME = 8
 HEADERS_VERSION = (3, 9)  # third_party/onednn: the library must be this release or a later 3.x
+# At most this many threads for the operators' pool (read when it starts); unset: every CPU this process
+# may run on. The runner sets it to each rank's share when several ranks train on one host.
+THREADS_VAR = "MINDSPORE_RUNNER_ONEDNN_THREADS"
+
+
+# model.conv=best takes this path where it was measured to pay: oneDNN's blocked kernels trained ResNet-18
+# 2.2x faster than MindSpore's Conv2D with AVX-512 and 1.7x faster with AVX2 + FMA (BENCHMARKS.md,
+# "model.conv"). Below AVX2 (SSE4.1-only x86, other architectures) nothing was measured: native.
+FAST_ISA_FLAGS = ("avx2", "fma")  # /proc/cpuinfo names; AVX-512 CPUs have them too
+SLOW_CAPS = ("SSE41", "AVX")  # ONEDNN_MAX_CPU_ISA values below AVX2
+LOST = "native convolutions trained ResNet-18 1.7x (AVX2) to 2.2x (AVX-512) slower than onednn (BENCHMARKS.md)"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What model.conv=best resolved to: the path, why, and what the fallback costs ("" when nothing)."""
+
+    path: str
+    reason: str
+    cost: str = ""
+
+    def line(self) -> str:
+        """The one line a run prints about it."""
+        cost = f"; {self.cost}" if self.cost else ""
+        return f"model.conv=best runs {self.path} convolutions: {self.reason}{cost}."
+
+
+def cpu_flags() -> Optional[frozenset]:
+    """The CPU's feature flags from /proc/cpuinfo (Linux); None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def cap_allows_fast_isa(cap: Optional[str]) -> bool:
+    """Whether a ONEDNN_MAX_CPU_ISA value ("" or None: no cap) lets oneDNN use AVX2 or better."""
+    return not cap or cap.upper() not in SLOW_CAPS
+
+
+def isa_pays(isa_cap: Optional[str], flags: Optional[frozenset] = None) -> bool:
+    """Whether onednn is the faster path on this CPU (default: this machine's flags) under this ISA cap."""
+    flags = cpu_flags() if flags is None else flags
+    return flags is not None and all(f in flags for f in FAST_ISA_FLAGS) and cap_allows_fast_isa(isa_cap)
+
+
+def choose(isa_cap: Optional[str] = None, flags: Optional[frozenset] = None) -> Choice:
+    """model.conv=best on a CPU: onednn where its kernels pay and its library loads (built now if need be).
+
+    `isa_cap` is the ONEDNN_MAX_CPU_ISA the process will run under (None: none); `flags` the CPU's
+    (default: this machine's). Decided without importing MindSpore, so the caller can still set the cap.
+    """
+    flags = cpu_flags() if flags is None else flags
+    if flags is None:
+        return Choice("native", "this machine's CPU features could not be read (no /proc/cpuinfo)", LOST)
+    missing = [f for f in FAST_ISA_FLAGS if f not in flags]
+    if missing:
+        return Choice(
+            "native",
+            f"this CPU lacks {' and '.join(f.upper() for f in missing)}, and onednn was measured faster only "
+            "with AVX2 or AVX-512 kernels",
+        )
+    if not cap_allows_fast_isa(isa_cap):
+        return Choice("native", f"ONEDNN_MAX_CPU_ISA={isa_cap} keeps oneDNN below the AVX2 kernels onednn needs", LOST)
+    try:
+        library()
+    except ModelError as e:
+        # The refusal model.conv=onednn would give, less its advice to pick another model.conv.
+        why = str(e).replace(" Use model.conv=native or auto.", "").replace(", or use model.conv=native or auto", "")
+        return Choice("native", why.rstrip("."), LOST)
+    return Choice("onednn", "this CPU has AVX2 (or better) and the oneDNN operator library is built")
 
 
 class _Version(ctypes.Structure):
@@ -53,10 +132,16 @@ class _Version(ctypes.Structure):
 
 
 def mindspore_onednn() -> Path:
-    """The oneDNN library inside the installed MindSpore, checked to be one this code can drive."""
-    import mindspore
+    """The oneDNN library inside the installed MindSpore, checked to be one this code can drive.
 
-    path = Path(mindspore.__file__).parent / "lib" / "libdnnl.so.3"
+    MindSpore is located, not imported: model.conv=best decides before MindSpore loads (the runner's
+    ISA cap depends on the decision, and oneDNN reads it once).
+    """
+    spec = importlib.util.find_spec("mindspore")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    if not where:
+        raise ModelError("model.conv=onednn calls the oneDNN library MindSpore ships, and MindSpore is not installed.")
+    path = Path(where[0]) / "lib" / "libdnnl.so.3"
     if not path.is_file():
         raise ModelError(
             f"model.conv=onednn calls the oneDNN library MindSpore ships, and this MindSpore has none at {path}. "
@@ -87,22 +172,24 @@ def find_compiler() -> str:
 
 
 def library() -> str:
-    """The compiled operator library's path; built on first use, once per build_key (source, MindSpore, compiler)."""
-    from runner.models.conv import cache_path
+    """The compiled operator library's path; built on first use, once per source_key and build_key.
 
-    compiler = find_compiler()
+    A library built earlier on this machine from the same source, headers, flags and MindSpore is used
+    as it is when no compiler is found now: only the first run on a machine needs one.
+    """
     dnnl = mindspore_onednn()
-    name = f"onednn-conv-{build_key(compiler, dnnl)[:16]}.so"
-    for where in (cache_path().parent, Path(tempfile.gettempdir()) / f"mindspore-runner-{os.getuid()}"):
+    stem = f"onednn-conv-{source_key(dnnl)[:16]}"
+    try:
+        compiler = find_compiler()
+    except ModelError:
+        for where in _private_dirs(create=False):
+            for built in sorted(where.glob(f"{stem}-*.so")):
+                if _loads(built):
+                    return str(built)
+        raise
+    name = f"{stem}-{build_key(compiler, dnnl)[:16]}.so"
+    for where in _private_dirs(create=True):
         try:
-            where.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as e:  # read-only, or a file where a directory should be ($XDG_CACHE_HOME a file)
-            log.warning("model.conv=onednn: cannot use %s as a directory (%s); trying a temporary directory", where, e)
-            continue
-        try:
-            if not _private(where):  # a library loaded into this process must be one only we could write
-                log.warning("model.conv=onednn: %s is writable by others; not building there", where)
-                continue
             if (where / name).is_file() and _loads(where / name):
                 return str(where / name)
             return _compile(compiler, dnnl, where / name)  # absent, or truncated by a killed build: (re)build
@@ -110,8 +197,44 @@ def library() -> str:
             log.warning("model.conv=onednn: cannot write %s (%s); trying a temporary directory", where, e)
     raise ModelError(
         "model.conv=onednn: found no private writable directory to build its library in (the cache "
-        f"directory {cache_path().parent} and {tempfile.gettempdir()}). Use model.conv=native or auto."
+        f"directory {cache_dir()} and {tempfile.gettempdir()}). Use model.conv=native or auto."
     )
+
+
+def _private_dirs(create: bool):
+    """The directories a library may be built in and loaded from: only ones no one else can write."""
+    for where in (cache_dir(), Path(tempfile.gettempdir()) / f"mindspore-runner-{os.getuid()}"):
+        try:
+            if create:
+                where.mkdir(mode=0o700, parents=True, exist_ok=True)
+            elif not where.is_dir():
+                continue
+            private = _private(where)
+        except OSError as e:  # read-only, or a file where a directory should be ($XDG_CACHE_HOME a file)
+            log.warning("model.conv=onednn: cannot use %s as a directory (%s); trying a temporary directory", where, e)
+            continue
+        if not private:  # a library loaded into this process must be one only we could write
+            log.warning("model.conv=onednn: %s is writable by others; not building there", where)
+            continue
+        yield where
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/mindspore-runner/: the library, and model.conv=auto's timings."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "mindspore-runner"
+
+
+def source_key(dnnl: Path) -> str:
+    """A digest of what the library is built from, whatever the compiler: the source and headers, the
+    flags and MindSpore's oneDNN file (path, size, time). A library with this key serves when no
+    compiler is found."""
+    digest = hashlib.sha256()
+    for h in [SOURCE, *sorted(p for p in HEADERS.rglob("*") if p.is_file())]:
+        digest.update(str(h.relative_to(CSRC)).encode() + b"\0" + h.read_bytes() + b"\0")
+    st = dnnl.resolve().stat()
+    digest.update(f"{dnnl.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{' '.join(FLAGS)}".encode())
+    return digest.hexdigest()
 
 
 def build_key(compiler: str, dnnl: Path) -> str:

@@ -20,6 +20,7 @@ class Stem(str, Enum):
 
 
 class ConvPath(str, Enum):  # the convolution algorithm on CPU (models/conv.py)
+    best = "best"  # onednn where it pays and builds (AVX2 or better, a compiler or a built library), else native
     auto = "auto"  # per layer shape, the faster of the two, timed once per machine and cached
     native = "native"  # MindSpore's Conv2D
     gemm = "gemm"  # im2col + one MatMul over the batch
@@ -36,6 +37,6 @@ class ModelConfig:
     arch: Optional[str] = None  # mindcv: a mindcv.list_models() name
     checkpoint: Optional[str] = None  # mindcv: local pretrained weights (.ckpt); mismatched head/stem adapted
     num_classes: Optional[int] = None  # None: take it from the data
-    # native by default: `auto` picks per layer from timings, so two machines (or a noisy one) may pick
-    # differently and train to slightly different numbers. CPU only: GPU/Ascend always run native.
-    conv: ConvPath = ConvPath.native
+    # best: decided from the machine (models/onednn.py choose), not from timings, so the same machine and
+    # config give the same numbers; `auto` picks per layer from timings. CPU only: GPU/Ascend run native.
+    conv: ConvPath = ConvPath.best

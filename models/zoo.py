@@ -6,6 +6,7 @@ Pretrained weights come only from a local file (`model.checkpoint`): runs have n
 import difflib
 import logging
 import os
+from typing import Optional
 
 import numpy as np
 
@@ -14,8 +15,15 @@ from runner.models.errors import ModelError
 log = logging.getLogger("runner")
 
 
-def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None):
-    """`mindcv.create_model(arch)` for this data's classes and channels, with local weights if given."""
+def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None, image_size=None):
+    """`mindcv.create_model(arch)` for this data's classes and channels, with local weights if given.
+
+    Refused (ModelError) when the architecture cannot take this data: some MindCV models ignore
+    in_channels (mobilevit builds a 3-channel stem whatever it is asked), and some shrink a small
+    input to nothing on the way to their classifier (squeezenet1_0 at 16 px): both would only fail
+    once training runs, with MindSpore's shape error. image_size: the network's input side (None:
+    not checked).
+    """
     try:
         import mindcv
     except ImportError:
@@ -30,9 +38,67 @@ def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None)
         )
     # pretrained=False: mindcv would download weights, and runs are offline; model.checkpoint instead.
     net = mindcv.create_model(arch, num_classes=num_classes, in_channels=in_channels, pretrained=False)
+    _check_channels(net, arch, in_channels)
+    if image_size:
+        _check_size(net, arch, in_channels, int(image_size))
     if checkpoint:
         load_pretrained(net, checkpoint)
     return net
+
+
+def _check_channels(net, arch: str, in_channels: int) -> None:
+    """The first convolution must read the data's channels (its weight is (out, in/groups, kh, kw))."""
+    first = next((p for p in net.get_parameters() if len(p.shape) == 4), None)
+    if first is not None and first.shape[1] != in_channels:
+        raise ModelError(
+            f"MindCV's {arch} ignores in_channels={in_channels}: its first convolution ({first.name}, shape "
+            f"{tuple(first.shape)}) reads {first.shape[1]} channels. Use data.channels={first.shape[1]} (gray "
+            "images are then read as RGB) or another architecture."
+        )
+
+
+def _runs(net, in_channels: int, size: int) -> Optional[str]:
+    """None when net takes a (1, in_channels, size, size) input, else MindSpore's reason (first line)."""
+    import mindspore as ms
+
+    try:
+        net(ms.Tensor(np.zeros((1, in_channels, size, size), np.float32)))
+        return None
+    except (ValueError, RuntimeError, TypeError) as e:
+        return " ".join(str(e).strip().splitlines()[0].split())[:200]
+
+
+def _check_size(net, arch: str, in_channels: int, size: int) -> None:
+    """One forward pass at the input size (PyNative: no graph to compile); when it fails, the smallest
+    size that works, found by doubling then bisecting, goes into the refusal."""
+    import mindspore as ms
+
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    training = net.training
+    net.set_train(False)
+    try:
+        why = _runs(net, in_channels, size)
+        if why is None:
+            return
+        low, high = size, None
+        for candidate in (size * 2**k for k in range(1, 6)):
+            if _runs(net, in_channels, candidate) is None:
+                high = candidate
+                break
+            low = candidate
+        if high is not None:
+            while high - low > 1:
+                mid = (low + high) // 2
+                low, high = (low, mid) if _runs(net, in_channels, mid) is None else (mid, high)
+        smallest = f"the smallest input it takes is {high} px" if high else f"it takes no input up to {low} px"
+        raise ModelError(
+            f"MindCV's {arch} cannot take a {size} px input ({why}): {smallest}. Raise the input size "
+            "(padding.height/width, or data.image_size) or choose another architecture."
+        )
+    finally:
+        net.set_train(training)
+        ms.set_context(mode=mode)
 
 
 def load_pretrained(net, path: str) -> dict:

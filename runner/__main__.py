@@ -16,6 +16,7 @@ from runner.cli.app import entry_point, interrupted, quiet_interrupt
 from runner.config.schema import register
 from runner.errors import Interrupted, print_user_error, user_errors
 from runner.rundir.atomic import write_json
+from runner.rundir.claim import check_run_dir
 from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
 
@@ -30,6 +31,10 @@ def main(cfg) -> Optional[float]:
     try:
         from runner import api
 
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            from runner.report.outputs import tag_job_records
+
+            tag_job_records(HydraConfig.get().job.num)
         metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
         if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
             discard_run_dir(HydraConfig.get().runtime.output_dir)
@@ -55,6 +60,18 @@ def main(cfg) -> Optional[float]:
         return math.nan
 
 
+def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
+    """What refuses a run before Hydra writes .hydra/ and runner.log into its directory: the configuration
+    (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir)."""
+    if not in_sweep:
+        from runner.config.checks import check_loggers, check_tools, validate
+
+        validate(cfg)  # as runner.api.train does first
+        check_tools(cfg)
+        check_loggers(cfg)
+    check_run_dir(cfg, run_dir, overrides, in_sweep)
+
+
 def discard_run_dir(run_dir: str) -> None:
     """Remove the directory Hydra made for a dry run (its .hydra/ and an empty log) and the folders above it
     (under the working directory) it leaves empty; a directory that holds anything else (an earlier run)
@@ -75,7 +92,7 @@ def discard_run_dir(run_dir: str) -> None:
 
 
 # check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.
-train = entry_point(main, check_free)
+train = entry_point(main, check_free, before_run=before_run)
 
 
 if __name__ == "__main__":

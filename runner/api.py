@@ -55,8 +55,10 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
         print("Configuration is valid (dry_run=true: nothing was trained).", flush=True)
         return None
     from runner.rundir import lock
+    from runner.rundir.claim import check_foreign
     from runner.training.recipe import run  # MindSpore loads only after the config was checked
 
+    check_foreign(os.path.abspath(run_dir), "run_dir")  # before anything (the log) is written into it
     with _run_scope(run_dir, "runner"):
         try:
             return run(cfg, run_dir, list(overrides))

@@ -21,14 +21,24 @@ class InputError(UserError):
     layer's own DataError is runner.datasets.DataError.)"""
 
 
+def signal_name(signum: int) -> str:
+    """`SIGINT (signal 2)`: how a run names the signal that stopped it (the command exits 128 + signum)."""
+    import signal
+
+    try:
+        return f"{signal.Signals(signum).name} (signal {signum})"
+    except ValueError:
+        return f"signal {signum}"
+
+
 class Interrupted(Exception):
     """SIGINT or SIGTERM stopped a run that the Python API started (the CLI exits 128+signal instead);
     what the run saved is kept, and resume=true continues it."""
 
     def __init__(self, signum: int, run_dir: str):
         super().__init__(
-            f"Signal {signum} stopped the run in {run_dir}; its checkpoints are kept, and resume=true with the same "
-            "run directory continues it."
+            f"{signal_name(signum)} stopped the run in {run_dir}; its checkpoints are kept, and resume=true with the "
+            "same run directory continues it."
         )
         self.signum = signum
         self.run_dir = run_dir

@@ -21,7 +21,7 @@ from omegaconf import MISSING
 from runner.cli.app import entry_point
 from runner.datasets.settings import Choice
 from runner.errors import ConfigError, UserError
-from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
+from runner.rundir.saved_run import DataOverrides, check_run_argument, own_new_dir, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -277,7 +277,7 @@ def main(app) -> None:
         export(app, HydraConfig.get().runtime.output_dir)
 
 
-cli = entry_point(main, lambda argv: check_run_argument(argv, "export"))
+cli = entry_point(main, lambda argv: check_run_argument(argv, "export"), before_run=own_new_dir("export"))
 
 if __name__ == "__main__":
     cli()

@@ -18,7 +18,7 @@ from omegaconf import MISSING
 
 from runner.cli.app import entry_point
 from runner.errors import ConfigError, InputError
-from runner.rundir.saved_run import DataOverrides, check_run_argument, reported_errors
+from runner.rundir.saved_run import DataOverrides, check_run_argument, own_new_dir, reported_errors
 
 log = logging.getLogger("runner")
 
@@ -236,7 +236,7 @@ def main(app) -> None:
         predict(app, HydraConfig.get().runtime.output_dir)
 
 
-cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"))
+cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"), before_run=own_new_dir("predict"))
 
 if __name__ == "__main__":
     cli()

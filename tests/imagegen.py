@@ -69,6 +69,47 @@ def fake_cifar10(root, per_file, test_records, seed=0):
     return np.concatenate(out[:5]), out[5]
 
 
+def fake_cifar100(root, train_records, test_records, seed=0, names=True):
+    """CIFAR-100 binary layout: train.bin and test.bin, records of a coarse and a fine label byte + 3072
+    bytes. Pixel (r, c) of a record with fine label y holds R = y + r, G = 100 + c, B = 200 - coarse label;
+    fine_label_names.txt names the classes class00..class99. Returns the fine labels: (train, test)."""
+    rng = np.random.RandomState(seed)
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rows, cols = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
+    out = []
+    for name, n in (("train.bin", train_records), ("test.bin", test_records)):
+        fine = rng.randint(0, 100, n).astype(np.uint8)
+        recs = []
+        for y in fine:
+            planes = np.stack([y + rows, 100 + cols, np.full((32, 32), 200 - y // 5)]).astype(np.uint8)
+            recs.append(np.concatenate([[y // 5, y], planes.ravel()]).astype(np.uint8))
+        (root / name).write_bytes(np.stack(recs).tobytes())
+        out.append(fine)
+    if names:
+        (root / "fine_label_names.txt").write_text("".join(f"class{i:02d}\n" for i in range(100)))
+    return out[0], out[1]
+
+
+def fake_mnist(root, train_images, test_images, seed=0):
+    """MNIST idx files (uncompressed): image i of a split holds its label y as pixel (r, c) = y * 10 + r
+    + c. Returns the labels: (train, test)."""
+    import struct
+
+    rng = np.random.RandomState(seed)
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rows, cols = np.meshgrid(np.arange(28), np.arange(28), indexing="ij")
+    out = []
+    for prefix, n in (("train", train_images), ("t10k", test_images)):
+        labels = rng.randint(0, 10, n).astype(np.uint8)
+        images = np.stack([(y * 10 + rows + cols) for y in labels]).astype(np.uint8)
+        (root / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        (root / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+        out.append(labels)
+    return out[0], out[1]
+
+
 def oversized_png(path, width=20000, height=20000):
     """A PNG whose header claims width x height pixels (400 megapixels by default) and holds no pixel data:
     PIL refuses it at open with DecompressionBombError (over 2x Image.MAX_IMAGE_PIXELS), without allocating."""

@@ -170,11 +170,25 @@ def test_ctrl_c_on_a_sweep(tmp_path):
     proc.send_signal(signal.SIGINT)  # the sweep's process only, as a console's Ctrl-C reaches it
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, (proc.returncode, out[-2000:], err[-3000:])
-    assert "Traceback" not in err, err
+    assert "Traceback" not in err and "Interrupted by SIGINT (signal 2)." in err, err
     assert "interrupted #0" in out and "2 not started" in out, out
     assert (tmp_path / "0" / "checkpoints" / "latest.json").exists()  # saved on the signal, not killed
     assert "interrupted" in (tmp_path / "summary.md").read_text()
     assert not (tmp_path / "1").exists()
+
+
+def test_a_sweep_stopped_by_sigterm_exits_143_naming_it(monkeypatch, capsys):
+    # 128 + the signal that reached the sweep (passed on to its job), not 130 whatever it was.
+    from hydra_plugins.runner_launcher import isolated_launcher
+    from runner.cli import app
+
+    monkeypatch.setitem(isolated_launcher._interrupted, "signal", "SIGTERM")
+    assert app.interrupt_signal() == signal.SIGTERM
+    with pytest.raises(SystemExit) as e:
+        app.quiet_interrupt(app.interrupt_signal())
+    assert e.value.code == 143 and "Interrupted by SIGTERM (signal 15)." in capsys.readouterr().err
+    monkeypatch.setitem(isolated_launcher._interrupted, "signal", None)
+    assert app.interrupt_signal() is None
 
 
 def test_help_into_a_closed_pipe_exits_quietly():

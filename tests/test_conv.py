@@ -4,11 +4,12 @@ builds its library once, and a run says which path its convolutions took."""
 
 import json
 import os
+import tempfile
 
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import metrics, outputs_of, run_cli, run_in_process, run_module
+from conftest import TINY, metrics, outputs_of, run_cli, run_in_process, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import conv as C
@@ -133,9 +134,13 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
     (shared / "mindspore-runner").chmod(0o777)
     monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
     assert not onednn.library().startswith(str(shared)) and not list((shared / "mindspore-runner").iterdir())
-    # No compiler: one sentence naming the way out, not a compiler traceback.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    # No compiler: a library built before on this machine serves; with none, one sentence naming the
+    # way out, not a compiler traceback.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    assert onednn.library() == first
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "empty"))
     with pytest.raises(ModelError, match="no C\\+\\+ compiler.*model.conv=native or auto"):
         onednn.library()
 
@@ -258,11 +263,103 @@ def test_explicit_choices_and_infeasible_shapes_do_not_time(pynative, tmp_path, 
         C.choose_path("fast", 4, 6, 3, 1, 1, 4)
 
 
-def test_the_default_run_says_which_path_each_convolution_took(tiny_run):
-    flops = metrics(tiny_run)["flops"]
-    paths = flops["conv_paths"]  # the default, model.conv=native, runs every convolution natively
-    assert set(paths) == {"native"} and paths["native"]["layers"] == 9
+def test_the_default_run_says_which_path_each_convolution_took_and_why(tiny_run):
+    from runner.models.onednn import isa_pays
+
+    m = metrics(tiny_run)
+    flops, conv = m["flops"], m["conv"]
+    # The default, model.conv=best: onednn on a CPU where it pays (AVX-512, a compiler here), else native.
+    path = "onednn" if isa_pays(None) and _has_compiler() else "native"
+    assert conv["asked"] == "best" and conv["path"] == path and conv["reason"]
+    paths = flops["conv_paths"]
+    assert set(paths) == {path} and paths[path]["layers"] == 9
     assert sum(e["forward_flops_per_sample"] for e in paths.values()) == flops["forward_conv_per_sample"]
+    assert m["cpu_isa"]["value"] == (None if path == "onednn" else "AVX2")
+
+
+AVX2 = frozenset("sse4_1 avx fma avx2".split())  # onednn measured faster than native from AVX2 up
+
+
+def test_best_falls_back_to_native_saying_why_and_what_it_costs(tmp_path, monkeypatch):
+    from runner.models import onednn
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty"))  # nothing built yet: it must compile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "empty"))
+    # A CPU without AVX2 (onednn was not measured there): native.
+    old = onednn.choose(None, frozenset("sse4_1 avx".split()))
+    assert old.path == "native" and "lacks AVX2 and FMA" in old.reason
+    # An ISA cap below AVX2 (ONEDNN_MAX_CPU_ISA, or device.cpu_isa_cap): native, with the cost.
+    capped = onednn.choose("sse41", AVX2)
+    assert capped.path == "native" and "ONEDNN_MAX_CPU_ISA=sse41" in capped.reason and "2.2x" in capped.cost
+    assert all(map(onednn.cap_allows_fast_isa, (None, "", "default", "AVX2", "AVX512_CORE_AMX", "avx10_1_512")))
+    # No compiler: CXX names none, or PATH has none.
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    nocc = onednn.choose(None, AVX2)
+    assert nocc.path == "native" and "no C++ compiler" in nocc.reason and nocc.cost
+    assert "model.conv=best runs native convolutions: " in nocc.line() and "\n" not in nocc.line()
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "no g++ or c++ on PATH" in onednn.choose(None, AVX2).reason
+
+
+@needs_compiler
+def test_best_takes_onednn_where_it_pays_and_then_needs_no_compiler(tmp_path, monkeypatch):
+    from runner.models import onednn
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    chosen = onednn.choose(None, AVX2)  # builds the library, once per machine
+    assert chosen.path == "onednn" and chosen.cost == ""
+    assert onednn.choose("AVX2", AVX2 | {"avx512f"}).path == "onednn"  # the runner's old cap still pays
+    # Built: a later process needs no compiler to take the fast path.
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert onednn.choose(None, AVX2).path == "onednn"
+
+
+def test_the_runner_decides_best_before_mindspore_loads(monkeypatch):
+    from conftest import compose_cfg
+
+    from runner.models import onednn
+    from runner.training.environment import ISA_VAR, choose_conv
+
+    monkeypatch.delenv(ISA_VAR, raising=False)
+    seen = []
+    monkeypatch.setattr(onednn, "choose", lambda cap: seen.append(cap) or onednn.Choice("native", "test", "slower"))
+    assert choose_conv(compose_cfg("device=cpu"))["path"] == "native" and seen == [None]
+    choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
+    monkeypatch.setenv(ISA_VAR, "AVX512_CORE")  # the user's variable wins over device.cpu_isa_cap
+    choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
+    assert seen == [None, "AVX2", "AVX512_CORE"]
+    # Pinned and mindcv choices are taken as they are, without deciding anything.
+    pinned = choose_conv(compose_cfg("device=cpu", "model.conv=native"))
+    assert pinned["asked"] == pinned["path"] == "native" and len(seen) == 3
+    assert choose_conv(compose_cfg("model=mindcv"))["path"] == "native" and len(seen) == 3
+
+
+def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
+    """Each data-parallel rank on one host gets its share of the CPUs, and onednn's pool keeps to it."""
+    import subprocess
+    import sys
+
+    from conftest import compose_cfg
+
+    from runner.training.distributed import rank_threads
+
+    cpus = len(os.sched_getaffinity(0))
+    assert rank_threads(compose_cfg("distributed=dp", "distributed.workers=2").distributed) == max(1, cpus // 2)
+    assert rank_threads(compose_cfg().distributed) is None  # one process: every CPU, MindSpore's default
+    if not _has_compiler():
+        return
+    from runner.models import onednn
+
+    probe = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).PoolThreads())"
+    lib = onednn.library()
+    for given, want in ((None, cpus), ("1", 1), (str(cpus + 5), cpus)):
+        env = {k: v for k, v in os.environ.items() if k != onednn.THREADS_VAR}
+        if given:
+            env[onednn.THREADS_VAR] = given
+        out = subprocess.run([sys.executable, "-c", probe, lib], env=env, capture_output=True, text=True, check=True)
+        assert int(out.stdout) == want, given
 
 
 def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
@@ -270,29 +367,45 @@ def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
     assert bad.returncode != 0 and "fast" in bad.stderr + bad.stdout
 
 
-@needs_compiler
-def test_an_onednn_run_trains_to_the_pinned_numbers_uncapped_and_exports_natively(tmp_path, tiny):
+def _run_with(path, tiny_run, tmp_path_factory):
+    """A TINY run whose convolutions took `path`: the shared default run when that is its path."""
+    if metrics(tiny_run)["conv"]["path"] == path:
+        return tiny_run
+    run_dir = tmp_path_factory.mktemp(f"{path}_run")
+    run_cli(run_dir, *TINY, f"model.conv={path}")
+    return run_dir
+
+
+@pytest.mark.parametrize("path", ["native", pytest.param("onednn", marks=needs_compiler)])
+def test_native_and_onednn_train_to_the_same_pinned_numbers(path, tiny_run, tmp_path_factory):
     from test_train import PINNED_LOSS, PINNED_VAL
 
-    run_cli(tmp_path, *tiny, "model.conv=onednn", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
-    m = metrics(tmp_path)
-    # The same numbers as MindSpore's own Conv2D (the pinned default run), up to summation order.
+    m = metrics(_run_with(path, tiny_run, tmp_path_factory))
+    # The pinned default run's numbers under either path, within its tolerance (summation order differs).
     for step, loss in PINNED_LOSS.items():
         assert m["loss_curve"][step - 1] == pytest.approx(loss, abs=2e-4), step
     for key, value in PINNED_VAL.items():
         assert m[key] == pytest.approx(value, abs=2e-4), key
-    assert set(m["flops"]["conv_paths"]) == {"onednn"} and m["flops"]["conv_paths"]["onednn"]["layers"] == 9
-    assert m["cpu_isa"] == {"value": None, "set_by": None}  # cpu_isa_cap=auto: no AVX2 cap for onednn
+    assert set(m["flops"]["conv_paths"]) == {path} and m["flops"]["conv_paths"][path]["layers"] == 9
+    # cpu_isa_cap=auto: no AVX2 cap for onednn's kernels, the cap for MindSpore's Conv2D.
+    assert m["cpu_isa"]["value"] == (None if path == "onednn" else "AVX2")
+
+
+@needs_compiler
+def test_an_onednn_run_exports_natively_and_evaluates_without_a_compiler(tiny_run, tmp_path_factory, tmp_path):
+    run_dir = _run_with("onednn", tiny_run, tmp_path_factory)
+    m = metrics(run_dir)
     # The exported file holds MindSpore's Conv2D: portable, the same numbers as the checkpoint, and
     # exporting needs no compiler.
-    proc = run_module(
-        "runner.export", f"run={tmp_path}", "format=mindir", "parity_samples=10", env={"CXX": str(tmp_path / "no-g++")}
-    )
+    no_cc = {"CXX": str(tmp_path / "no-g++"), "XDG_CACHE_HOME": str(tmp_path / "empty"), "TMPDIR": str(tmp_path)}
+    proc = run_module("runner.export", f"run={run_dir}", "format=mindir", "parity_samples=10", env=no_cc)
     record = json.loads((outputs_of(proc) / "export.json").read_text())
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
-    # Evaluating it where no compiler is falls back to Conv2D, says so, and measures the same accuracy.
-    proc = run_module("runner.evaluate", f"run={tmp_path}", env={"CXX": str(tmp_path / "no-g++")})
-    assert "Using MindSpore's own Conv2D instead" in proc.stderr + proc.stdout
+    # Evaluating it where no compiler (and no built library) is falls back to Conv2D, says why in one
+    # line, and measures the same accuracy.
+    proc = run_module("runner.evaluate", f"run={run_dir}", env=no_cc)
+    said = [line for line in (proc.stderr + proc.stdout).splitlines() if "runs native convolutions" in line]
+    assert len(said) == 1 and "no C++ compiler" in said[0], proc.stderr
     evaluated = json.loads((outputs_of(proc) / "metrics.json").read_text())
     assert evaluated["top1"] == pytest.approx(m["val_accuracy"], abs=1e-9)
 

@@ -74,7 +74,7 @@ def test_csv_logger_is_the_default(eval_off_run):
     assert not (eval_off_run / "tensorboard").exists()
 
 
-def test_mlflow_and_tensorboard_at_once_beside_the_csv(tmp_path, tiny, monkeypatch):
+def test_mlflow_and_tensorboard_at_once_beside_the_csv_and_a_profile(tmp_path, tiny, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this reading client, as the logger does
@@ -82,8 +82,10 @@ def test_mlflow_and_tensorboard_at_once_beside_the_csv(tmp_path, tiny, monkeypat
     store = f"file:{tmp_path / 'mlruns'}"
     run_dir = tmp_path / "run"
     chosen = ["logger=[mlflow,tensorboard]", f"logger.mlflow.tracking_uri={store}", "logger.mlflow.experiment=t"]
-    run_cli(run_dir, *tiny, *chosen, "eval=false")
+    proc = run_cli(run_dir, *tiny, *chosen, "eval=false", "profile.steps=2")  # and the profiler, on the CLI
     assert metrics(run_dir)["loggers"] == ["csv", "tensorboard", "mlflow"]
+    profile = metrics(run_dir)["profile"]
+    assert profile["recorded"] and f"| profile: {run_dir / 'profile'} | outputs:" in proc.stdout
     assert (run_dir / "metrics.csv").exists() and any((run_dir / "tensorboard").iterdir())  # csv: always kept
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("t").experiment_id])
@@ -234,14 +236,23 @@ def test_run_advice_only_from_what_was_measured():
     assert "Compiling took 9.0 s" in note
     assert advice.run_notes(_m(mode="pynative", compile_seconds=9.0, first_call_seconds=9.5)) == []
     flops = {"conv_paths": {"native": {"layers": 3, "forward_flops_per_sample": 300}}}
-    (note,) = advice.run_notes(_m(flops=flops))
-    assert "100% of the convolution FLOPs" in note and "model.conv=onednn" in note
+    # model.conv=best fell back for a reason that costs speed: the reason and the cost, once.
+    fell_back = {"asked": "best", "path": "native", "reason": "no C++ compiler", "cost": "2.2x slower"}
+    (note,) = advice.run_notes(_m(flops=flops, conv=fell_back))
+    assert note.startswith("100% of the convolution FLOPs ran MindSpore's own Conv2D: no C++ compiler; 2.2x slower")
+    # Pinned to native where onednn pays: the default would be faster.
+    pinned = {"asked": "native", "path": "native", "reason": "as configured", "cost": "", "onednn_pays": True}
     flops["conv_paths"]["gemm"] = {"layers": 1, "forward_flops_per_sample": 100}
-    (note,) = advice.run_notes(_m(flops=flops))
-    assert note.startswith("75% of the convolution FLOPs")
-    # Nothing to say once no convolution runs natively, or off the CPU (Conv2D is the fast path there).
-    assert advice.run_notes(_m(flops={"conv_paths": {"onednn": {"layers": 3, "forward_flops_per_sample": 300}}})) == []
-    assert advice.run_notes(_m(flops=flops, device_target="GPU")) == []
+    (note,) = advice.run_notes(_m(flops=flops, conv=pinned))
+    assert note.startswith("75% of the convolution FLOPs") and "model.conv=native" in note and "model.conv=best" in note
+    # Nothing to say where native is the faster path (an AVX2-only CPU), once no convolution runs
+    # natively, or off the CPU (Conv2D is the fast path there).
+    avx2 = {"asked": "best", "path": "native", "reason": "this CPU lacks AVX-512", "cost": ""}
+    assert advice.run_notes(_m(flops=flops, conv=avx2)) == []
+    assert advice.run_notes(_m(flops=flops, conv={**pinned, "onednn_pays": False})) == []
+    onednn = {"conv_paths": {"onednn": {"layers": 3, "forward_flops_per_sample": 300}}}
+    assert advice.run_notes(_m(flops=onednn, conv=pinned)) == []
+    assert advice.run_notes(_m(flops=flops, conv=pinned, device_target="GPU")) == []
 
 
 def _row(job, thr, step_ms, compile_s, steps, **config):

@@ -192,7 +192,7 @@ def test_sigterm_after_training_is_resumable_and_resume_only_reports(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
-    assert "Traceback" not in out and "final phase" in out and "resume=true" in out
+    assert "Traceback" not in out and "SIGTERM (signal 15) during the final phase" in out and "resume=true" in out
     assert not (run_dir / ".runner.complete").exists()
 
     proc = run_cli(run_dir, *args, "resume=true")
@@ -202,3 +202,15 @@ def test_sigterm_after_training_is_resumable_and_resume_only_reports(tmp_path):
     assert (run_dir / "model.ckpt").exists() and (run_dir / "curves.png").exists()
     assert _trace_steps(run_dir) == list(range(1, 45))
     assert "already complete" in run_cli(run_dir, *args, "resume=true").stdout
+
+
+def test_ctrl_c_mid_training_says_sigint_and_exits_130(tmp_path):
+    # The signal that came is named, and the exit status is 128 + it (the README's 130 for Ctrl-C).
+    run_dir = tmp_path / "run"
+    proc = start_cli(run_dir, "epochs=20", *SMALL)
+    wait_for(proc, lambda: (run_dir / "loss_scale.csv").exists())
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, out[-3000:]
+    assert "SIGINT (signal 2): saved" in out and "interrupted by SIGINT" in out, out[-3000:]
+    assert "SIGTERM" not in out and "signal 15" not in out and "Traceback" not in out

@@ -255,3 +255,24 @@ def test_init_from_matches_the_head_to_the_data_classes_by_name(tmp_path):
     record = load_matching(net, str(run), [f"class_{i}" for i in range(10)])  # other classes: a fresh head
     assert record["reinitialised"] == ["head.weight", "head.bias"] and not record["classes"]["mapped_by_name"]
     assert not np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy())
+
+
+@pytest.mark.slow  # ~50 s: two evaluations through Hydra's multirun
+def test_evaluate_multirun_writes_into_the_run_not_the_working_directory(tmp_path):
+    from conftest import cli_in_process
+
+    fake_run(tmp_path / "run", "mode=pynative", "data.val_fraction=0.05")  # no graph to compile, 90 samples
+    (tmp_path / "cwd").mkdir()
+    proc = cli_in_process(
+        "-m", f"run={tmp_path / 'run'}", "batch_size=64,128", app="runner.evaluate:cli", cwd=tmp_path / "cwd"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list((tmp_path / "cwd").iterdir())  # no ./multirun/<time>
+    (sweep,) = (tmp_path / "run").glob("evaluate-multirun-*")
+    assert (sweep / "0" / "metrics.json").is_file() and (sweep / "1" / "metrics.json").is_file()
+    fake_run(tmp_path / "other")
+    proc = cli_in_process(
+        "-m", f"run={tmp_path / 'run'},{tmp_path / 'other'}", app="runner.evaluate:cli", cwd=tmp_path / "cwd"
+    )
+    assert proc.returncode == 2 and "needs hydra.sweep.dir=<new directory>" in " ".join(proc.stderr.split())
+    assert not list((tmp_path / "cwd").iterdir())

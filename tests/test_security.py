@@ -322,3 +322,16 @@ def test_hydras_own_composition_errors_are_the_users_mistake(module, args, messa
     with pytest.raises(ConfigError, match=message) as e:
         preflight(importlib.import_module(module).main, args)
     assert "\n" not in str(e.value)
+
+
+def test_a_line_break_in_a_launcher_setting_is_refused(tmp_path, marker):
+    # Slurm's job script gets `#SBATCH --<key>=<value>` per additional parameter: a line break adds a command.
+    exp = experiment(
+        tmp_path,
+        "x",
+        f'hydra:\n  launcher:\n    additional_parameters:\n      comment: "x\\ncp /etc/hostname {marker}"\n',
+    )
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    preflight_refuses(
+        tmp_path, "-m", "hydra/launcher=submitit_slurm", exp, "seed=1,2", sweep, match="additional_parameters.comment"
+    )

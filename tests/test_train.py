@@ -86,7 +86,7 @@ def test_default_configuration_reaches_98_percent(tmp_path):
     for name in ("config.yaml", "metrics.json", "model.ckpt", "runner.log", ".hydra/config.yaml"):
         assert (tmp_path / name).exists(), name
     # log_every=20: a line every 20 steps and one at the end, never one per step.
-    lines = [ln for ln in (tmp_path / "runner.log").read_text().splitlines() if f"/{m['steps']} loss" in ln]
+    lines = [ln for ln in (tmp_path / "runner.log").read_text().splitlines() if f"/{m['steps']} train_loss" in ln]
     assert len(lines) == m["steps"] // 20 + 1
 
 

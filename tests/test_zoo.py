@@ -26,6 +26,30 @@ def test_bad_model_settings_are_refused(tmp_path, overrides, message):
     assert proc.returncode == 2 and message in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
 
 
+def test_an_architecture_that_ignores_in_channels_is_refused_at_build():
+    from runner.models import build_model
+    from runner.models.errors import ModelError
+
+    cfg = compose_cfg("model=mindcv", "model.arch=mobilevit_xx_small")
+    with pytest.raises(
+        ModelError, match=r"mobilevit_xx_small ignores in_channels=1: .* reads 3 channels.*data.channels=3"
+    ):
+        build_model(cfg.model, 10, 1, 32)
+
+
+@pytest.mark.slow  # ~20 s: the search for the smallest size runs several forward passes
+def test_an_architecture_that_shrinks_a_small_input_to_nothing_is_refused_with_the_size_that_works():
+    from runner.models import build_model
+    from runner.models.errors import ModelError
+
+    cfg = compose_cfg("model=mindcv", "model.arch=squeezenet1_0")
+    with pytest.raises(
+        ModelError, match=r"cannot take a 16 px input \(For 'MaxPool'.*smallest input it takes is 35 px"
+    ):
+        build_model(cfg.model, 10, 1, 16)
+    build_model(cfg.model, 10, 1, 35)  # and that size builds
+
+
 def test_pretrained_checkpoint_adapts_head_and_input_channels(tmp_path):
     import mindcv
     import mindspore as ms

@@ -12,9 +12,10 @@ A job that fails leaves `failed.json` in its directory (written by the task, or 
 process died) and returns NaN, so the sweep goes on and the summary shows it as failed.
 
 Ctrl-C: each job runs in its own session, so the console's SIGINT reaches only this process, which
-passes it on to the running job once (the job saves a checkpoint at its next step and exits 130;
-subprocess.run would instead SIGKILL it when the parent is interrupted). The jobs not started are
-skipped, the summary lists the finished and the interrupted jobs, and the CLI exits 130.
+passes it on to the running job once (the job saves a checkpoint at its next step and exits 128 + the
+signal; subprocess.run would instead SIGKILL it when the parent is interrupted). SIGTERM is passed on the
+same way. The jobs not started are skipped, the summary lists the finished and the interrupted jobs, and
+the CLI exits 128 + the signal (130 for Ctrl-C, 143 for SIGTERM).
 """
 
 import logging

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -123,10 +124,21 @@ int cpus() {  // the CPUs this process may run on (taskset, cgroup cpusets), not
   return n ? static_cast<int>(n) : 1;
 }
 
+// Several ranks on one host share its CPUs: the runner gives each rank its share in this variable (read
+// once, when the pool starts) so that the ranks' pools together do not oversubscribe the machine.
+int threads() {
+  int n = cpus();
+  if (const char *v = std::getenv("MINDSPORE_RUNNER_ONEDNN_THREADS")) {
+    int t = std::atoi(v);
+    if (t > 0 && t < n) n = t;
+  }
+  return n;
+}
+
 struct Runtime {
   dnnl_engine_t engine = nullptr;
   dnnl_stream_t stream = nullptr;
-  Pool pool{cpus()};
+  Pool pool{threads()};
   std::mutex exec_m;  // MindSpore may launch two kernels at once; the pool and stream serve one at a time
   Runtime() {
     check(dnnl_engine_create(&engine, dnnl_cpu, 0), "dnnl_engine_create");
@@ -357,5 +369,16 @@ int ConvBackwardData(int nparam, void **params, int *ndims, int64_t **shapes, co
 int ConvBackwardWeights(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                         void *) {
   return call("ConvBackwardWeights", 6, nparam, params, ndims, shapes, dtypes, BWD_WEIGHTS, 0, 1, 5, 3);
+}
+}
+
+extern "C" {
+// The threads the operators run on in this process (starts the pool): what a rank was given.
+int PoolThreads() {
+  try {
+    return runtime().pool.get_num_threads();
+  } catch (const Failure &) {
+    return -1;
+  }
 }
 }

@@ -28,10 +28,20 @@ def _on_sigint(signum, frame):
     raise KeyboardInterrupt
 
 
-def quiet_interrupt() -> None:
-    """Exit 130 (the shell's code for Ctrl-C) without a traceback."""
-    print("Interrupted.", file=sys.stderr, flush=True)
-    sys.exit(130)
+def quiet_interrupt(signum: int = signal.SIGINT) -> None:
+    """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback."""
+    from runner.errors import signal_name
+
+    print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
+
+
+def interrupt_signal():
+    """The signal that stopped this command, itself or its sweep's running job (None: no signal)."""
+    name = isolated_launcher.interruption()["signal"]
+    if name is not None:
+        return int(signal.Signals[name])
+    return int(signal.SIGINT) if _interrupted else None
 
 
 def prints_only(argv) -> bool:
@@ -45,11 +55,13 @@ def prints_only(argv) -> bool:
     return bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion)
 
 
-def entry_point(task, *checks):
+def entry_point(task, *checks, before_run=None):
     """The console-script function for a `@hydra.main` task: the command's own `checks(argv)`, the
-    pre-flight checks (runner/cli/preflight.py), then Hydra.
+    pre-flight checks (runner/cli/preflight.py) with the command's `before_run(job config, output dir,
+    overrides, in_sweep)` (what must refuse before Hydra writes into the output directory), then Hydra.
 
-    Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 130 Ctrl-C.
+    Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 128 + the signal that
+    stopped it (130 Ctrl-C, 143 SIGTERM).
     """
 
     def cli() -> None:
@@ -76,7 +88,7 @@ def entry_point(task, *checks):
             for check in () if prints else checks:
                 check(sys.argv[1:])
             try:
-                preflight(task, sys.argv[1:])
+                preflight(task, sys.argv[1:], before_run)
             except user_errors() as e:
                 print_user_error(e)
                 sys.exit(2)
@@ -94,8 +106,9 @@ def entry_point(task, *checks):
             raise
         from runner.report.sweep import failed_jobs
 
-        if isolated_launcher.sweep_interrupted() or _interrupted:
-            quiet_interrupt()
+        stopped_by = interrupt_signal()
+        if stopped_by is not None:
+            quiet_interrupt(stopped_by)
         sys.exit(1 if failed_jobs() else 0)
 
     cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__}."

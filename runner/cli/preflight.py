@@ -13,6 +13,7 @@ import copy
 import itertools
 import os
 import re
+from contextlib import contextmanager
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -87,27 +88,33 @@ def target_refusal(where: str, target) -> ConfigError:
 # The configuration as Hydra will see it: resolved, with what Hydra fills in at run time.
 
 
-def _at_run_time(cfg, job_num: int, multirun: bool):
+@contextmanager
+def at_run_time(cfg, job_num: int, multirun: bool):
     """A copy of a composed config with what Hydra sets before it acts on it, as run_job sets it: the
     job's number (a sweep's launcher) and hydra.runtime.output_dir (left unset when it cannot be resolved:
-    then whatever reads it cannot be resolved either, and is refused). A single run and a sweep's own
-    process get number 0: a number or a path filled in here can never pass for an allowed callable."""
+    then whatever reads it cannot be resolved either, and is refused), and HydraConfig set to it, so
+    `${hydra:...}` resolves as it will in the job. A single run and a sweep's own process get number 0:
+    a number or a path filled in here can never pass for an allowed callable."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import read_write
 
+    previous = HydraConfig.instance().cfg
     cfg = copy.deepcopy(cfg)
-    with read_write(cfg.hydra):
-        cfg.hydra.job.num = job_num
-        cfg.hydra.job.id = str(job_num)
-    HydraConfig.instance().set_config(cfg)  # `${hydra:...}` resolves as it will in the job
     try:
-        out = os.path.join(cfg.hydra.sweep.dir, str(cfg.hydra.sweep.subdir)) if multirun else cfg.hydra.run.dir
         with read_write(cfg.hydra):
-            cfg.hydra.runtime.output_dir = os.path.abspath(out)
+            cfg.hydra.job.num = job_num
+            cfg.hydra.job.id = str(job_num)
         HydraConfig.instance().set_config(cfg)
-    except OmegaConfBaseException:
-        pass
-    return cfg
+        try:
+            out = os.path.join(cfg.hydra.sweep.dir, str(cfg.hydra.sweep.subdir)) if multirun else cfg.hydra.run.dir
+            with read_write(cfg.hydra):
+                cfg.hydra.runtime.output_dir = os.path.abspath(str(out))
+            HydraConfig.instance().set_config(cfg)
+        except OmegaConfBaseException:
+            pass
+        yield cfg
+    finally:
+        HydraConfig.instance().cfg = previous
 
 
 def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = False) -> dict:
@@ -117,25 +124,19 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
     only the job can resolve; it is left as written where it cannot be resolved. printing: the command only
     prints (--help, --cfg, --info): a required top-level value it lacks (`runner-evaluate --help` has no
     run= for hydra.run.dir's ${run}) stands in as `<run>`, so the rest is checked as usual."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
-    previous = HydraConfig.instance().cfg
-    try:
-        if printing:
-            import copy
-
-            from omegaconf import open_dict
-
-            cfg = copy.deepcopy(cfg)
-            with open_dict(cfg):
-                for key in [k for k in cfg.keys() if k != "hydra" and OmegaConf.is_missing(cfg, k)]:
-                    cfg[key] = f"<{key}>"  # a placeholder where the printing command lacks a value
-        cfg = _at_run_time(cfg, job_num, multirun)
+    if printing:
+        cfg = copy.deepcopy(cfg)
+        with open_dict(cfg):
+            for key in [k for k in cfg.keys() if k != "hydra" and OmegaConf.is_missing(cfg, k)]:
+                cfg[key] = f"<{key}>"  # a placeholder where the printing command lacks a value
+    with at_run_time(cfg, job_num, multirun) as cfg:
         out = {}
         for key in cfg.keys():
             try:
-                out[key] = OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+                node = cfg[key]
+                out[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
             except OmegaConfBaseException as e:
                 if key == "hydra":
                     where = getattr(e, "full_key", None) or "hydra"
@@ -147,8 +148,22 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
                 # A top-level value (evaluate's `run: ???`) is a leaf node, not a container.
                 out[key] = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node._value()
         return out
-    finally:
-        HydraConfig.instance().cfg = previous
+
+
+def _inside_sweep_dir(where: str, value, hydra: dict) -> None:
+    """Refuse a place a sweeper or launcher writes to (Optuna's study database, submitit's job files)
+    outside the sweep directory: nothing is written into a directory that is not the sweep's."""
+    sweep = os.path.abspath(str((hydra.get("sweep") or {}).get("dir")))
+    path = str(value)
+    if where == "hydra.sweeper.storage":
+        path = path[len("sqlite:///") :] if path.startswith("sqlite:///") else ""
+    if not path or not os.path.abspath(path).startswith(sweep + os.sep):
+        raise refuse(
+            where,
+            value,
+            f"it is written to, and must lie inside the sweep directory ({sweep}); for Optuna, "
+            "sqlite:///${hydra.sweep.dir}/optuna.db keeps a resumable study there.",
+        )
 
 
 def _expected_handlers(hydra: dict) -> list:
@@ -212,6 +227,26 @@ def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool
                 value,
                 f"hydra.job.env_set may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, CPATH, "
                 "LD_PRELOAD, PYTHONPATH, ...) make the run's processes run or load code of the config's choosing.",
+            )
+        if where.startswith("hydra.launcher.") and isinstance(value, str) and ("\n" in value or "\r" in value):
+            raise refuse(
+                where,
+                value,
+                "a launcher's settings become lines of a job script (Slurm's #SBATCH header), so a line break "
+                "in one would add a command of its own.",
+            )
+        if where in ("hydra.sweeper.storage", "hydra.launcher.submitit_folder") and value is not None:
+            _inside_sweep_dir(where, value, hydra)
+        if (
+            where == "hydra.output_subdir"
+            and value is not None
+            and (os.path.isabs(str(value)) or ".." in str(value).split("/"))
+        ):
+            raise refuse(
+                where,
+                value,
+                "Hydra writes its record (config.yaml, hydra.yaml, overrides.yaml) there, which must stay inside the "
+                "run's own directory.",
             )
         if where == "hydra.job.name" and (os.sep in str(value) or str(value).startswith(".")):
             raise refuse(where, value, "the job name becomes the log file's name and cannot be a path.")
@@ -423,18 +458,23 @@ def check_launcher(cfg, multirun: bool) -> None:
         )
 
 
-def preflight(task, argv) -> None:
+def preflight(task, argv, before_run=None) -> None:
     """Everything checked before @hydra.main runs `task`: the overrides' syntax, callables named
-    anywhere in the composed config, the launcher, then the output directory. Raises ConfigError.
+    anywhere in the composed config, the launcher, the output directory, then the command's own
+    `before_run(job config, output dir, task overrides, in a sweep)` for the run or each job of a sweep
+    (with HydraConfig set as in the job): every check that can refuse runs before Hydra writes `.hydra/`.
+    Raises ConfigError (or another of the user's errors).
 
     The check composes the way Hydra 1.3 does, through its internals (@hydra.main's closure, hydra._internal).
     If that machinery fails in a way that is not Hydra's own report of a bad configuration (another Hydra
     version, a changed internal), nothing was checked: the command refuses to start rather than let Hydra
     instantiate what the configuration names unchecked.
     """
+    from runner.errors import user_errors
+
     try:
-        _preflight(task, argv)
-    except ConfigError:
+        _preflight(task, argv, before_run)
+    except user_errors():
         raise
     except Exception as e:
         import hydra
@@ -447,7 +487,7 @@ def preflight(task, argv) -> None:
         ) from None
 
 
-def _preflight(task, argv) -> None:
+def _preflight(task, argv, before_run=None) -> None:
     from hydra._internal.utils import get_args_parser
 
     try:
@@ -466,3 +506,39 @@ def _preflight(task, argv) -> None:
         base, _, multirun = configs[0]
         check_launcher(base, multirun)
         check_output_dir(output_root(base, multirun))
+        if multirun:
+            check_sweep_dir(base)
+        for cfg, num, in_sweep in configs[1:] if multirun else configs:
+            if before_run is not None:
+                _before_run(before_run, cfg, num, in_sweep)
+
+
+def check_sweep_dir(cfg) -> None:
+    """ConfigError unless the sweep directory (where Hydra writes multirun.yaml) is new, empty or a sweep's."""
+    from runner.rundir.claim import ours
+
+    try:
+        where = os.path.abspath(str(cfg.hydra.sweep.dir))
+    except OmegaConfBaseException:
+        return  # resolved only at run time: ${now:...} names a new directory
+    if os.path.isdir(where) and os.listdir(where) and not ours(where):
+        some = ", ".join(sorted(os.listdir(where))[:3])
+        raise ConfigError(
+            f"hydra.sweep.dir={where} holds files that are not this runner's ({some}, ...), and a sweep writes "
+            "multirun.yaml and a directory per job there. Choose a new or empty directory."
+        )
+
+
+def _before_run(before_run, cfg, num: int, in_sweep: bool) -> None:
+    """before_run on the job's config as @hydra.main's task will get it (no `hydra` node, HydraConfig set)."""
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    with at_run_time(cfg, num, in_sweep) as cfg:
+        if OmegaConf.is_missing(cfg.hydra.runtime, "output_dir"):
+            return  # a directory only the run can name (${now:...} in a sweep subdir): a new one
+        out = str(cfg.hydra.runtime.output_dir)
+        overrides = list(cfg.hydra.overrides.task)
+        task_cfg = copy.deepcopy(cfg)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        before_run(task_cfg, out, overrides, in_sweep)

@@ -45,6 +45,10 @@ USES = {
             "synthetic": {"val_fraction", "num_classes", "num_samples", "image_size"},
             "imagefolder": {"root", "on_bad_sample"},
             "cifar10": {"root"},
+            "cifar100": {"root"},
+            "mnist": {"root"},
+            "csv": {"root", "on_bad_sample"},
+            "mindrecord": {"root"},
         },
     ),
     "amp.loss_scale": (
@@ -189,10 +193,15 @@ def _problems(cfg):
     d = cfg.distributed
     if d.master_port and not 1 <= d.master_port <= 65535:
         yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
-    if cfg.data.name in ("imagefolder", "cifar10") and not cfg.data.root:
+    if cfg.data.name in ("imagefolder", "cifar10", "cifar100", "mnist", "csv", "mindrecord") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)
+    pr = cfg.profile
+    if pr.steps < 0 or pr.start_step < 1:
+        yield f"profile.steps must be >= 0 (0: off) and profile.start_step >= 1, got {pr.steps} and {pr.start_step}"
+    elif pr.steps == 0 and pr.start_step != 3:
+        yield f"profile.start_step={pr.start_step} does nothing while profile.steps=0 (off); set profile.steps too"
 
 
 def _watch_problems(cfg):

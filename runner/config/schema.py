@@ -232,6 +232,12 @@ class LoggerConfig:
 
 
 @dataclass
+class ProfileConfig:
+    steps: int = 0  # > 0: record this many training steps with MindSpore's profiler into <run_dir>/profile
+    start_step: int = 3  # the first recorded step, counted from this process's first (1 compiles in graph mode)
+
+
+@dataclass
 class LadderConfig:
     batch_size: int = 32  # the rungs before "larger batch"
     large_batch_size: int = 128  # the "larger batch" rung and after
@@ -272,6 +278,7 @@ class Config:
     ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
     augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
     loss: LossConfig = field(default_factory=LossConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
 def register() -> None:

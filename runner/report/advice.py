@@ -1,7 +1,8 @@
 """Short notes grounded in what a run or a sweep measured; no note without a number behind it."""
 
 HOST_FRACTION = 0.3  # host-side share of step time above which the data path is worth a look
-ONEDNN_SPEEDUP = "2.2x"  # model.conv=onednn against native, BENCHMARKS.md (bench/vs_torch.py)
+# model.conv=onednn against native on ResNet-18, BENCHMARKS.md (bench/vs_torch.py)
+ONEDNN_SPEEDUP = "1.7x (AVX2) to 2.2x (AVX-512)"
 
 
 def run_notes(m) -> list:
@@ -32,12 +33,17 @@ def run_notes(m) -> list:
     paths = m.flops.get("conv_paths") or {}
     conv_flops = sum(e["forward_flops_per_sample"] for e in paths.values())
     if m.device_target == "CPU" and "native" in paths and conv_flops:
-        share = paths["native"]["forward_flops_per_sample"] / conv_flops
-        notes.append(
-            f"{share:.0%} of the convolution FLOPs ran MindSpore's own Conv2D, whose CPU kernel is a per-image "
-            f"GEMM; model.conv=onednn runs oneDNN's blocked kernels instead ({ONEDNN_SPEEDUP} the training "
-            "throughput of ResNet-18 on a 2-core AVX-512 CPU, BENCHMARKS.md; it compiles a small C++ library once)."
-        )
+        native = paths["native"]["forward_flops_per_sample"] / conv_flops
+        share = f"{native:.0%} of the convolution FLOPs ran MindSpore's own Conv2D"
+        conv = m.conv or {}
+        if conv.get("asked") == "best" and conv.get("cost"):  # the default fell back, and it cost speed
+            notes.append(f"{share}: {conv['reason']}; {conv['cost']} (BENCHMARKS.md).")
+        elif conv.get("asked") != "best" and conv.get("onednn_pays"):  # pinned to a slower path on this CPU
+            notes.append(
+                f"{share} (model.conv={conv.get('asked')}); on this CPU the default, model.conv=best, runs oneDNN's "
+                f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs, "
+                "BENCHMARKS.md)."
+            )
     after = m.train_seconds - m.first_call_seconds
     if m.mode in ("graph", "jit") and m.compile_seconds > after:
         notes.append(

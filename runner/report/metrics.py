@@ -59,6 +59,7 @@ class RunMetrics:
     mode: str = ""
     device_target: str = ""
     cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
+    conv: dict = field(default_factory=dict)  # model.conv: asked, path (as run), reason, cost of a fallback
     seed: int = 0
     batch_size: int = 0  # global batch
     effective_batch_size: int = 0  # samples per optimizer update: batch_size x optim.accumulate_steps
@@ -76,6 +77,7 @@ class RunMetrics:
     run_dir: str = ""
     resumed_from: Optional[str] = None  # the checkpoint this run continued from
     resume_changes: Dict[str, list] = field(default_factory=dict)  # key -> [saved, new] applied on resume
+    profile: Optional[dict] = None  # profile.steps > 0: dir, start_step, steps, recorded, trace (trace_view.json)
     loggers: List[str] = field(default_factory=list)  # where the metrics also went: csv (always), then the chosen
     checkpoint: Optional[str] = None  # model.ckpt, the final FP32 weights; None when not saved
     plot: Optional[str] = None  # curves.png

@@ -18,35 +18,20 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     overrides: the command line's (an lr given there is applied on resume).
 
     A directory that holds a run (checkpoints, metrics) is reused only by resuming that run; a
-    resume's configuration is checked against the saved one (runner/rundir/resume_check.py).
+    resume's configuration is checked against the saved one (runner/rundir/resume_check.py). The same
+    decision is made before Hydra starts (check_run_dir), so a refusal normally comes from there.
     """
     from runner.rundir import lock, resume_check
-    from runner.rundir.resume_check import resume_source
 
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
-    source = resume_source(cfg.resume, run_dir)
-    held = _holds_run(run_dir)
-    if held and source != run_dir:
-        raise UserError(
-            f"{run_dir} already holds a run ({held}). A run directory is reused only to continue its run: "
-            f"resume=true (with a larger epochs=... to extend a finished one). To re-run its configuration, "
-            f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
-            "choose another hydra.run.dir."
-        )
-    if source is None or not (RunDir(source).has_checkpoint() or _complete(source)):
+    source, changes, done = _decide(cfg, run_dir, overrides)
+    if source is None:
         for stale in (RunDir(run_dir).resume_record, RunDir(run_dir).history):  # a fresh start records no resume
             if os.path.exists(stale):
                 os.remove(stale)
         return False
-    changes = resume_check.check(cfg, source, run_dir, overrides)
-    # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
-    done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
-    if done and "epochs" in changes and not RunDir(source).has_checkpoint():
-        raise UserError(
-            f"The run in {source} cannot be extended: it saved no resumable checkpoint "
-            "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
-        )
+    resume_check.check(cfg, source, run_dir, overrides)  # records what the resume applies
     if done and "epochs" not in changes:
         print(
             f"The run in {source} is already complete ({done.get('steps')} steps, {cfg.epochs} epochs); "
@@ -57,6 +42,73 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     if changes:
         log.warning("resume: applying %s", "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
     return False
+
+
+def _decide(cfg, run_dir: str, overrides):
+    """(source run to resume or None, the changes a resume applies, the source's completion record or
+    None), or UserError for a run this directory and configuration cannot start. Writes nothing."""
+    from runner.rundir import resume_check
+    from runner.rundir.resume_check import resume_source
+
+    source = resume_source(cfg.resume, run_dir)
+    held = _holds_run(run_dir)
+    if held and source != run_dir:
+        raise UserError(
+            f"{run_dir} already holds a run ({held}). A run directory is reused only to continue its run: "
+            f"resume=true (with a larger epochs=... to extend a finished one). To re-run its configuration, "
+            f"use --config-path {run_dir} --config-name config (it writes into {run_dir}/rerun-<time>), or "
+            "choose another hydra.run.dir."
+        )
+    if source is None or not (RunDir(source).has_checkpoint() or _complete(source)):
+        return None, {}, None
+    changes = resume_check.check(cfg, source, run_dir, overrides, record=False)
+    # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
+    done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
+    if done and "epochs" in changes and not RunDir(source).has_checkpoint():
+        raise UserError(
+            f"The run in {source} cannot be extended: it saved no resumable checkpoint "
+            "(checkpoint.every_epochs=0). Start a new run with the epochs you want."
+        )
+    return source, changes, done
+
+
+def ours(directory: str) -> bool:
+    """Whether a directory holds this runner's work: a run (its lock file, written when a run claims the
+    directory), a sweep (Hydra's multirun.yaml) or Hydra's record of a run (.hydra/, also a dry run's)."""
+    from runner.rundir.lock import LOCK_FILE
+
+    return any(os.path.exists(os.path.join(directory, f)) for f in (LOCK_FILE, "multirun.yaml", ".hydra"))
+
+
+def check_new_dir(directory: str, what: str) -> None:
+    """UserError unless directory is new or empty: where evaluate, predict and export write their outputs."""
+    if os.path.isdir(directory) and os.listdir(directory):
+        raise UserError(
+            f"{what} writes only into a directory of its own, and {os.path.abspath(directory)} already holds files "
+            f"({', '.join(sorted(os.listdir(directory))[:3])}, ...): nothing in it may be overwritten. Leave "
+            "hydra.run.dir at its default (a new <run>/<command>-<time>) or name a new or empty directory."
+        )
+
+
+def check_foreign(run_dir: str, setting: str) -> None:
+    """UserError when run_dir holds files and none of this runner's: a run never writes among someone else's."""
+    if os.path.isdir(run_dir) and os.listdir(run_dir) and not ours(run_dir):
+        raise UserError(
+            f"{run_dir} holds files that are not a run of this runner ({', '.join(sorted(os.listdir(run_dir))[:3])}, "
+            "...), and a run writes config.yaml, model.ckpt, metrics.json and more into its directory. A run starts "
+            f"only in a new or empty directory or one holding its own run (resume=true): choose another {setting}."
+        )
+
+
+def check_run_dir(cfg, run_dir: str, overrides, in_sweep: bool = False) -> None:
+    """Before Hydra writes anything (.hydra/, the log) into run_dir: UserError unless it is new, empty,
+    or holds this runner's run that this configuration may continue (resume) or start afresh in."""
+    from runner.training.distributed import in_msrun
+
+    run_dir = os.path.abspath(run_dir)
+    check_foreign(run_dir, "hydra.sweep.dir" if in_sweep else "hydra.run.dir")
+    if not in_msrun():  # msrun's ranks join the directory their launcher has claimed
+        _decide(cfg, run_dir, overrides)
 
 
 def run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:

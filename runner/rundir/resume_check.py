@@ -30,6 +30,7 @@ CHANGEABLE = (
     "early_stop",
     "save_checkpoint",
     "diagnose",
+    "profile",  # MindSpore's profiler over a window of steps: no parameter or state
     "experiment_name",
     "device.id",
     "distributed.timeout_s",
@@ -157,9 +158,9 @@ def _upgraded(saved: dict) -> dict:
     return saved
 
 
-def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[str, list]:
+def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: bool = True) -> Dict[str, list]:
     """Refuse a resume whose configuration differs from the saved one where it cannot; return and
-    record (run_dir/resume.json) what changes are applied."""
+    record (run_dir/resume.json, unless record=False: the check before Hydra starts) what changes are applied."""
     from omegaconf import OmegaConf
 
     path = layout.RunDir(source_dir).config
@@ -180,21 +181,22 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str]) -> Dict[
             f"cannot change mid-run: {'; '.join(refused)}. Resume with the saved values (for example "
             f"--config-path {source_dir} --config-name config), or start a new run.{lr_hint} What may "
             "change on resume: epochs, log_every, logger, checkpoint.*, eval, validation.*, early_stop.*, "
-            "save_checkpoint, diagnose.*, "
+            "save_checkpoint, diagnose.*, profile.*, "
             "amp.keep_fp32, model.conv, device.cpu_isa_cap."
         )
-    from runner.rundir.atomic import write_json
+    if record:
+        from runner.rundir.atomic import write_json
 
-    history = _history(source_dir)
-    if os.path.abspath(source_dir) != os.path.abspath(
-        run_dir
-    ):  # a branch into a new directory: its start is the source's
-        import shutil
+        history = _history(source_dir)
+        if os.path.abspath(source_dir) != os.path.abspath(
+            run_dir
+        ):  # a branch into a new directory: its start is the source's
+            import shutil
 
-        os.makedirs(run_dir, exist_ok=True)
-        shutil.copyfile(path, layout.RunDir(run_dir).config)
-    write_json(layout.RunDir(run_dir).history, history + [{"from": source_dir, "changes": changes}])
-    write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
+            os.makedirs(run_dir, exist_ok=True)
+            shutil.copyfile(path, layout.RunDir(run_dir).config)
+        write_json(layout.RunDir(run_dir).history, history + [{"from": source_dir, "changes": changes}])
+        write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
     return changes
 
 

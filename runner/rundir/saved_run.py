@@ -68,6 +68,15 @@ def check_run_argument(argv, command: str) -> None:
         print_user_error(UserError(f"{command} needs the run to use: python -m runner.{command} run=<run directory>."))
         sys.exit(2)
     elsewhere = any(a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv)
+    if len(runs) > 1 and not any(a.startswith("hydra.sweep.dir=") for a in argv):
+        # The sweep's own directory is one for all its jobs: inside one run it would hold the others' outputs.
+        print_user_error(
+            UserError(
+                f"{command} -m over several runs ({', '.join(runs)}) needs hydra.sweep.dir=<new directory> for "
+                f"its outputs (with one run they go into <run>/{command}-multirun-<time>/)."
+            )
+        )
+        sys.exit(2)
     for run in runs:
         try:
             config_path(run)
@@ -125,20 +134,21 @@ def set_up_device(cfg) -> str:
     from runner.training.environment import setup
 
     before_mindspore(cfg)
-    return setup(cfg.device, cfg.mode, cfg.seed)
+    return setup(cfg.device, cfg.mode, cfg.seed, training=False)
 
 
 def before_mindspore(cfg) -> None:
     """What must happen before MindSpore loads: oneDNN reads its ISA cap once (runner/training/environment.py)."""
     from runner.config.checks import check_tools
-    from runner.training.environment import cap_cpu_isa
+    from runner.training.environment import cap_cpu_isa, choose_conv
 
+    cfg.model.conv = choose_conv(cfg)["path"]  # best: decided on this machine, as training decides it
     try:
         check_tools(cfg)
     except ModelError as e:
         # A run trained with model.conv=onednn, used on a machine without a compiler: MindSpore's own
         # Conv2D computes the same numbers (to 1e-5) from the same parameters.
-        log.warning("The run trained with model.conv=onednn; here: %s Using MindSpore's own Conv2D instead.", e)
+        log.warning("The run trained with model.conv=onednn, which runs native convolutions here: %s", e)
         cfg.model.conv = "native"
     cap_cpu_isa(cfg.device, cfg.model.conv)
 
@@ -394,3 +404,14 @@ def padding_record(padding) -> dict:
     kind = str(padding.name)
     plain = OmegaConf.to_container(padding, enum_to_str=True)
     return {"name": kind, **{k: plain[k] for k in sorted(fields_read("padding", kind))}}
+
+
+def own_new_dir(command: str):
+    """The before_run check (runner/cli/app.py entry_point) of evaluate, predict and export: they write
+    only into a new directory of their own, never into a training run's or anyone's files."""
+    from runner.rundir.claim import check_new_dir
+
+    def before_run(cfg, out_dir: str, overrides, in_sweep: bool) -> None:
+        check_new_dir(out_dir, command)
+
+    return before_run

@@ -29,7 +29,7 @@ from runner.errors import ConfigError
 from runner.rundir.atomic import save_checkpoint, write_json
 from runner.rundir.layout import STATE, RunDir, StateProblem, has_checkpoint, read_checkpoint, read_state, step_files
 from runner.rundir.resume_check import in_place, wants_resume
-from runner.training.interrupts import FinalPhaseInterrupted
+from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 log = logging.getLogger("runner")
 STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named global_step
@@ -134,7 +134,7 @@ class Checkpointer(Callback):
             cb = run_context.original_args()
             if not self.vetoed():
                 path = self.save(cb, value=None)
-                log.warning("signal %d: saved %s at step %d; stopping", self.signum, path, self.global_step(cb))
+                log.warning("%s: saved %s at step %d; stopping", signal_name(self.signum), path, self.global_step(cb))
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
@@ -228,7 +228,9 @@ class Checkpointer(Callback):
         if self.signum is not None:
             self.release()
             log.warning(
-                "interrupted; resume with resume=true and hydra.run.dir=%s", os.path.dirname(os.path.abspath(self.dir))
+                "interrupted by %s; resume with resume=true and hydra.run.dir=%s",
+                signal_name(self.signum),
+                os.path.dirname(os.path.abspath(self.dir)),
             )
             raise SystemExit(128 + self.signum)
 

@@ -1,8 +1,11 @@
 """Consumer of the `device` and `mode` groups: process environment, MindSpore context and seeds."""
 
+import logging
 import os
 
 from runner.errors import ConfigError
+
+log = logging.getLogger("runner")
 
 ISA_VAR = "ONEDNN_MAX_CPU_ISA"
 
@@ -46,6 +49,34 @@ def check_cpu_isa(device) -> None:
             return  # the user's variable wins over device.cpu_isa_cap (cap_cpu_isa)
 
 
+def choose_conv(cfg) -> dict:
+    """model.conv as this process runs it, decided before MindSpore loads: {asked, path, reason, cost, onednn_pays}.
+
+    `best` (the default) is onednn where its kernels pay and its library loads, else native, said once
+    in one line (models/onednn.py choose); every other value is taken as asked. `onednn_pays`: whether
+    this CPU (under its ISA cap) is one where onednn is the faster path, for the run's advice.
+    """
+    from runner.models import onednn
+
+    asked = str(getattr(cfg.model.conv, "value", cfg.model.conv))
+    cap = os.environ.get(ISA_VAR)
+    if cap is None and str(cfg.device.cpu_isa_cap).lower() != "auto":
+        cap = str(cfg.device.cpu_isa_cap)
+    cpu = cfg.device.target not in ("gpu", "ascend")
+    pays = cpu and cfg.model.style != "mindcv" and onednn.isa_pays(cap)
+    if asked != "best":
+        return {"asked": asked, "path": asked, "reason": "as configured", "cost": "", "onednn_pays": pays}
+    if cfg.model.style == "mindcv":
+        choice = {"path": "native", "reason": "mindcv models build MindSpore's nn.Conv2d themselves", "cost": ""}
+    elif not cpu:
+        choice = {"path": "native", "reason": f"MindSpore's Conv2D is the fast path on {cfg.device.target}", "cost": ""}
+    else:
+        made = onednn.choose(cap)
+        (log.warning if made.cost else log.info)(made.line())  # a warning only when the fallback costs speed
+        choice = {"path": made.path, "reason": made.reason, "cost": made.cost}
+    return {"asked": asked, **choice, "onednn_pays": pays}
+
+
 def cap_cpu_isa(device, conv: str = "native") -> dict:
     """Set ONEDNN_MAX_CPU_ISA before MindSpore loads when the target may be the CPU; return what was done.
 
@@ -70,32 +101,47 @@ def cap_cpu_isa(device, conv: str = "native") -> dict:
 _first_run: dict = {}
 
 
-def check_same_process(device) -> None:
-    """Refuse a second run in this process that needs another CPU ISA cap or device target than the first.
+def check_same_process(device, training: bool = True) -> None:
+    """Refuse a second run in this process that needs another device target than the first, or (training)
+    another CPU ISA cap; a finished run's evaluate/predict/export only warns about the ISA.
 
     oneDNN reads ONEDNN_MAX_CPU_ISA once, when MindSpore first runs a CPU kernel, and MindSpore binds
-    its device at the first graph; a run that asked for another one would silently run on the first's.
+    its device at the first graph. The ISA changes which convolution kernels run, so their speed, not
+    their results: a training run would report the speed of kernels it did not ask for, an evaluation
+    only takes longer.
     """
     isa, target = (os.environ.get(ISA_VAR) or "").upper(), device.target
     first = _first_run.setdefault("settings", (isa, target))
-    if isa != first[0]:
-        raise ConfigError(
-            f"This run needs {ISA_VAR}={isa or '(none)'} (device.cpu_isa_cap, model.conv), but an earlier run in "
-            f"this Python process started MindSpore with {first[0] or '(none)'}, and oneDNN reads it only once per "
-            "process: this run would silently use the earlier kernels. Run it in its own process (the runner-train "
-            "command, or a sweep, whose jobs each get one)."
-        )
     if "auto" not in (target, first[1]) and target != first[1]:
         raise ConfigError(
             f"device={target}: an earlier run in this Python process already bound MindSpore to device={first[1]}, "
             "and MindSpore cannot change its device target within a process. Run it in its own process (the "
             "runner-train command)."
         )
+    if isa == first[0]:
+        return
+    if not training:
+        log.warning(
+            "%s=%s here, but oneDNN in this process runs with %s since an earlier run (it reads it once): the "
+            "results are the same, the convolutions may be slower.",
+            ISA_VAR,
+            isa or "(none)",
+            first[0] or "(none)",
+        )
+        return
+    raise ConfigError(
+        f"This run needs {ISA_VAR}={isa or '(none)'} (device.cpu_isa_cap, model.conv), but an earlier run in "
+        f"this Python process started MindSpore with {first[0] or '(none)'}, and oneDNN reads it only once per "
+        "process: this run would train with, and report the speed of, the earlier kernels. Run it in its own "
+        "process (the runner-train command, or a sweep, whose jobs each get one)."
+    )
 
 
-def setup(device, mode, seed: int) -> str:
-    """Configure MindSpore's context (the `device` and `mode` groups) and seed every generator; return the target."""
-    check_same_process(device)
+def setup(device, mode, seed: int, training: bool = True) -> str:
+    """Configure MindSpore's context (the `device` and `mode` groups) and seed every generator; return the target.
+
+    training: False for a finished run's evaluate/predict/export (check_same_process)."""
+    check_same_process(device, training)
     import mindspore as ms
 
     kwargs = {"mode": ms.GRAPH_MODE if mode.name == "graph" else ms.PYNATIVE_MODE}
