@@ -25,6 +25,8 @@ def readme_example() -> str:
 
 @pytest.mark.cpu_only
 def test_the_readme_example_runs_as_written_and_leaves_the_process_as_it_found_it(tmp_path, monkeypatch, capsys):
+    from imagegen import digit_folder
+
     monkeypatch.chdir(tmp_path)
     isa_before = os.environ.get(environment.ISA_VAR)
     handlers_before, level_before = list(logging.getLogger().handlers), logging.getLogger().level
@@ -58,6 +60,14 @@ def test_the_readme_example_runs_as_written_and_leaves_the_process_as_it_found_i
     # Resuming the complete run has nothing to train.
     assert runner.train(runner.compose("resume=true", *TINY), str(run)) is None
 
+    # predict and export of the same run, with the commands' settings as keyword arguments.
+    digit_folder(tmp_path / "pngs", [(8, 8)], per_class=1)
+    summary = runner.predict_run(str(run), str(tmp_path / "pngs"), topk=2, show=0)
+    assert summary["images"] == 10 and summary["topk"] == 2 and Path(summary["predictions"]).is_file()
+    exported = runner.export_run(str(run), parity_samples=8)
+    assert exported["parity_ok"] and exported["files"][0]["parity"]["samples"] == 8
+    assert Path(exported["files"][0]["path"]).parent.name.startswith("export-")
+
 
 def test_refusals_are_raised_before_anything_is_written(tmp_path):
     with pytest.raises(runner.ConfigError, match="epochs"):
@@ -70,7 +80,7 @@ def test_refusals_are_raised_before_anything_is_written(tmp_path):
     assert runner.train(runner.compose("dry_run=true"), str(tmp_path / "dry")) is None
 
 
-def test_a_later_run_that_needs_another_isa_or_device_is_refused(monkeypatch):
+def test_a_later_run_that_needs_another_isa_or_device_is_refused(monkeypatch, caplog):
     compose = runner.compose
     monkeypatch.setattr(environment, "_first_run", {})
     monkeypatch.setenv(environment.ISA_VAR, "AVX2")
@@ -81,6 +91,9 @@ def test_a_later_run_that_needs_another_isa_or_device_is_refused(monkeypatch):
     monkeypatch.delenv(environment.ISA_VAR)  # model.conv=onednn runs uncapped
     with pytest.raises(runner.ConfigError, match="oneDNN reads it only once per process"):
         environment.check_same_process(compose().device)
+    # A finished run's evaluate/predict/export: the same results, maybe slower; said, not refused.
+    environment.check_same_process(compose().device, training=False)
+    assert "oneDNN in this process runs with AVX2" in caplog.text
     monkeypatch.setenv(environment.ISA_VAR, "AVX2")
     with pytest.raises(runner.ConfigError, match="cannot change its device target within a process"):
         environment.check_same_process(compose("device=gpu").device)
