@@ -3,13 +3,14 @@
 ImageNet-style ResNet-18 (models/resnet.py: style=imagenet depth=18 width=64), 3x64x64 inputs, batch 64,
 SGD momentum 0.9 (lr 0.1), FP32, training steps on fixed random tensors (no data pipeline: the runner's
 pipeline overhead is measured by bench/overhead.py). MindSpore runs with ONEDNN_MAX_CPU_ISA=AVX2, as the
-runner sets on CPU, except under model.conv=onednn, where the runner sets no cap (runner/training/environment.py).
+runner sets on CPU, except where the convolutions run onednn (model.conv=onednn, or best resolving to it),
+where the runner sets no cap (runner/training/environment.py).
 Each measurement is a fresh process; variants alternate within each repetition so that load from other
 jobs on the machine hits all of them alike. Prints each repetition's img/s, the median ratio to PyTorch,
 and a per-layer table: every distinct convolution shape of the network timed
 forward + backward in each framework (and under each MindSpore convolution path).
 
-    python bench/vs_torch.py --reps 3 --conv native,auto,onednn
+    python bench/vs_torch.py --reps 5 --conv best,native      # the default run, and the pinned native path
     python bench/vs_torch.py --layers-only
 
 Needs PyTorch: pip install -e '.[bench]'. Not part of the runner.
@@ -43,9 +44,13 @@ LAYERS = [
 
 # ---------------------------------------------------------------- MindSpore side
 def ms_setup(threads: int, conv: str = "native"):
+    sys.path.insert(0, REPO)
+    if conv == "best":  # the runner's default: decided before MindSpore loads, as the runner does
+        from runner.models.onednn import choose
+
+        conv = choose(os.environ.get("ONEDNN_MAX_CPU_ISA")).path
     if conv != "onednn":  # what the runner does on CPU (runner/training/environment.py cap_cpu_isa)
         os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
-    sys.path.insert(0, REPO)
     import mindspore as ms
 
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
@@ -239,7 +244,9 @@ def main():
     p.add_argument("--reps", type=int, default=3, help="alternating repetitions")
     p.add_argument("--steps", type=int, default=8, help="timed training steps per process (after compile)")
     p.add_argument(
-        "--conv", default="native,auto", help="MindSpore variants: model.conv values, each optionally :jit_level"
+        "--conv",
+        default="best,native",
+        help="MindSpore variants: model.conv values (best: the runner's default), each optionally :jit_level",
     )
     p.add_argument("--layer-repeats", type=int, default=5)
     p.add_argument(

@@ -27,6 +27,7 @@ class DataSource(Choice):
     cifar100 = "cifar100"
     mnist = "mnist"
     csv = "csv"
+    mindrecord = "mindrecord"
 
 
 class BadSample(Choice):
@@ -60,7 +61,7 @@ class PaddingConfig:
 @dataclass
 class DataConfig:
     name: DataSource = MISSING
-    root: Optional[str] = None  # imagefolder, cifar10, cifar100, mnist, csv
+    root: Optional[str] = None  # imagefolder, cifar10, cifar100, mnist, csv, mindrecord
     channels: int = 1  # channels the network sees (images are converted)
     num_classes: int = 10  # synthetic only; other sources count their classes
     num_samples: int = 512  # synthetic only

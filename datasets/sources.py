@@ -250,6 +250,21 @@ def csvlist(cfg, seed):
     return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, skipped, classes)
 
 
+def mindrecord(cfg, seed):
+    """root/{train,val}.mindrecord and classes.json, written by `python -m runner.datasets.mindrecord`
+    (datasets/mindrecord.py); read by MindSpore's MindDataset and decoded by its Decode."""
+    from runner.datasets import mindrecord as mr
+
+    root = os.path.expanduser(cfg.root)
+    _need_dir(root, "data.root")
+    classes = mr.read_classes(root)
+    splits, sizes = {}, {}
+    for split in ("train", "val"):
+        d, sizes[split] = mr.read_split(root, split)
+        splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
+    return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, class_names=classes)
+
+
 CIFAR_IMAGE = 3 * 32 * 32  # the R, G and B planes, row-major, after the label byte(s)
 
 
@@ -361,4 +376,5 @@ SOURCES = {
     "cifar100": cifar100,
     "mnist": mnist,
     "csv": csvlist,
+    "mindrecord": mindrecord,
 }

@@ -31,6 +31,10 @@ def main(cfg) -> Optional[float]:
     try:
         from runner import api
 
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            from runner.report.outputs import tag_job_records
+
+            tag_job_records(HydraConfig.get().job.num)
         metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
         if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
             discard_run_dir(HydraConfig.get().runtime.output_dir)

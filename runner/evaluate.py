@@ -156,7 +156,9 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     write_json(RunDir(out_dir).metrics, metrics.to_dict())
     top5 = f" | top5 {result['top5']:.4f}" if result["top5"] is not None else ""
     print(
-        f"top1 {result['top1']:.4f}{top5} | val_loss {loss:.4f} | {len(labels)} samples, {logits.shape[1]} classes | "
+        # val_loss as training reports it (the mean of batch means), so the two lines compare; per sample beside it.
+        f"top1 {result['top1']:.4f}{top5} | val_loss {batch_mean:.4f} ({loss:.4f} per sample) | {len(labels)} "
+        f"samples, {logits.shape[1]} classes | "
         f"{os.path.basename(ckpt['path'])} {level} on {target} | outputs: {out_dir}",
         flush=True,
     )

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import batches, build, metrics, run_in_process
+from conftest import batches, build, metrics, run_in_process, word_digit_folder
 from imagegen import fake_cifar10, fake_cifar100, fake_mnist, solid_folder
 
 from runner.datasets import DataError
@@ -142,18 +142,22 @@ def test_mnist_through_mindspores_reader(tmp_path):
     assert sorted(y for _, ys in batches(data.train) for y in ys) == sorted(train_labels)
 
 
-@pytest.mark.slow  # three trainings with a graph compile each: ~50 s each on a loaded 2-core machine
-def test_mnist_cifar100_and_csv_train_through_the_command_line(tmp_path):
+@pytest.mark.slow  # four trainings with a graph compile each: ~50 s each on a loaded 2-core machine
+def test_mnist_cifar100_csv_and_mindrecord_train_through_the_command_line(tmp_path):
     fake_mnist(tmp_path / "mnist", train_images=24, test_images=8)
     fake_cifar100(tmp_path / "cifar100", train_records=24, test_records=8)
     paths = _flat_images(tmp_path / "csv", list(range(0, 256, 8))[:32])
     (tmp_path / "csv" / "train.csv").write_text("".join(f"{p},{i % 3}\n" for i, p in enumerate(paths[:24])))
     (tmp_path / "csv" / "val.csv").write_text("".join(f"{p},{i % 3}\n" for i, p in enumerate(paths[24:])))
     tiny = ["epochs=1", "batch_size=8", "model.width=8", "log_every=1000", "padding.height=8", "padding.width=8"]
-    for source in ("mnist", "cifar100", "csv"):
+    from runner.datasets.mindrecord import convert
+
+    convert(str(word_digit_folder(tmp_path / "folder", per_class=3, val_per_class=1)), str(tmp_path / "mindrecord"))
+    for source in ("mnist", "cifar100", "csv", "mindrecord"):
         run_in_process(tmp_path / f"run_{source}", f"data={source}", f"data.root={tmp_path / source}", *tiny)
         m = metrics(tmp_path / f"run_{source}")
-        assert (m["train_samples"], m["val_samples"], m["steps"]) == (24, 8, 3), source
+        expected = (30, 10, 3) if source == "mindrecord" else (24, 8, 3)
+        assert (m["train_samples"], m["val_samples"], m["steps"]) == expected, source
         assert m["val_accuracy"] is not None
 
 
@@ -213,6 +217,35 @@ def test_a_csv_list_with_integer_labels_and_its_mistakes(tmp_path):
     (tmp_path / "val.csv").write_text(f"{paths[2]},dog\n")
     with pytest.raises(DataError, match=r"val.csv has labels that train.csv lacks: \['dog'\]"):
         build("data=csv", f"data.root={tmp_path}")
+
+
+def test_an_image_folder_converted_to_mindrecord_reads_back_the_same(tmp_path, capsys):
+    from imagegen import digit_folder
+
+    from runner.datasets.mindrecord import main
+
+    digit_folder(tmp_path / "folder", [(12, 12), (10, 14)], per_class=4, classes=3, val_per_class=2)
+    assert main([str(tmp_path / "folder"), str(tmp_path / "mr")]) == 0
+    assert "12 training and 6 validation images of 3 classes" in capsys.readouterr().out
+    common = ["batch_size=2", "padding.height=12", "padding.width=12", *RAW3]
+    folder = build("data=imagefolder", f"data.root={tmp_path / 'folder'}", *common)
+    mr = build("data=mindrecord", f"data.root={tmp_path / 'mr'}", *common)
+    assert (mr.train_size, mr.val_size, mr.num_classes, mr.class_names) == (12, 6, 3, folder.class_names)
+    assert mr.padding == folder.padding  # the sizes stored in the records, without decoding
+    for (xa, ya), (xb, yb) in zip(batches(folder.val), batches(mr.val)):
+        assert np.array_equal(xa, xb) and np.array_equal(ya, yb)  # the same bytes, decoded by the same Decode
+
+
+def test_mindrecord_command_and_reader_refuse_with_one_paragraph(tmp_path, capsys):
+    from runner.datasets.mindrecord import main
+
+    assert main([str(tmp_path / "nowhere"), str(tmp_path / "mr")]) == 2
+    assert "Error: the image folder" in capsys.readouterr().err
+    assert main(["only-one"]) == 2 and "usage: python -m runner.datasets.mindrecord" in capsys.readouterr().err
+    (tmp_path / "mr").mkdir()
+    (tmp_path / "mr" / "classes.json").write_text('["a", "b"]')
+    with pytest.raises(DataError, match="lacks train.mindrecord .*python -m runner.datasets.mindrecord"):
+        build("data=mindrecord", f"data.root={tmp_path / 'mr'}")
 
 
 def _truncated_folder(root):

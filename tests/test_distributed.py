@@ -30,6 +30,34 @@ def test_two_workers_agree_and_match_single_process(tmp_path):
     assert abs(b["val_loss"] - a["val_loss"]) <= 0.05, (a["val_loss"], b["val_loss"])
     assert abs(b["val_accuracy"] - a["val_accuracy"]) <= 0.03, (a["val_accuracy"], b["val_accuracy"])
     assert "val_acc" in proc.stdout.strip().splitlines()[-1]
+    # Rank 0's progress reached the console while the ranks ran (they log to rank_logs/ only).
+    assert "][runner][INFO] - epoch 2 step 88/88 train_loss" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_console_follows_rank_0_and_every_ranks_warnings(tmp_path, capsys):
+    import threading
+
+    from runner.training.distributed import follow_ranks
+
+    (tmp_path / "worker_0.log").write_text(
+        "[WARNING] ME(1:2,MainProcess):some MindSpore line\n"
+        "[2026-12-01 10:00:00,000][runner][INFO] - epoch 1 step 20/88 train_loss 0.5000 step 60.0 ms\n"
+        "[2026-12-01 10:00:01,000][runner][INFO] - half a li"
+    )
+    (tmp_path / "worker_1.log").write_text(
+        "[2026-12-01 10:00:00,000][runner][INFO] - epoch 1 step 20/88 train_loss 0.5100 step 61.0 ms\n"
+        "[2026-12-01 10:00:00,500][runner][WARNING] - sink=on has no effect on CPU\n"
+        "Error: the data is gone.\n"
+    )
+    stop = threading.Event()
+    stop.set()  # one pass
+    follow_ranks(str(tmp_path), stop)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "[2026-12-01 10:00:00,000][runner][INFO] - epoch 1 step 20/88 train_loss 0.5000 step 60.0 ms",
+        "rank 1: [2026-12-01 10:00:00,500][runner][WARNING] - sink=on has no effect on CPU",
+        "rank 1: Error: the data is gone.",
+    ]
 
 
 def test_global_batch_must_divide_over_workers(tmp_path):

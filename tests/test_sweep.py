@@ -112,3 +112,24 @@ def test_speedup_only_when_a_speed_setting_differs_and_each_note_once(tmp_path):
     table = markdown(rows, summarize(rows, tmp_path / "amp", "amp"))
     assert "| speedup |" in table and rows[1].speedup == pytest.approx(1.01)
     assert f"- #0: {note}" in table
+
+
+def test_a_sweep_jobs_records_carry_its_number_once(tmp_path):
+    # joblib runs jobs side by side in one console: each line says which job wrote it.
+    import io
+    import logging
+
+    from runner.report.outputs import tag_job_records
+
+    root = logging.getLogger()
+    console, file = io.StringIO(), io.StringIO()
+    handlers = [logging.StreamHandler(console), logging.StreamHandler(file)]
+    for h in handlers:
+        root.addHandler(h)
+    try:
+        tag_job_records(3)
+        logging.getLogger("runner").warning("epoch %d done", 1)
+    finally:
+        for h in handlers:
+            root.removeHandler(h)
+    assert console.getvalue() == file.getvalue() == "#3 epoch 1 done\n"

@@ -48,6 +48,7 @@ USES = {
             "cifar100": {"root"},
             "mnist": {"root"},
             "csv": {"root", "on_bad_sample"},
+            "mindrecord": {"root"},
         },
     ),
     "amp.loss_scale": (
@@ -192,7 +193,7 @@ def _problems(cfg):
     d = cfg.distributed
     if d.master_port and not 1 <= d.master_port <= 65535:
         yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
-    if cfg.data.name in ("imagefolder", "cifar10", "cifar100", "mnist", "csv") and not cfg.data.root:
+    if cfg.data.name in ("imagefolder", "cifar10", "cifar100", "mnist", "csv", "mindrecord") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)

@@ -28,18 +28,23 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def write_config(run_dir: str, cfg) -> str:
+RANK_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job log format
+
+
+def write_config(run_dir: str, cfg, record: bool = True) -> str:
     """Save the resolved config so `python -m runner --config-path <run_dir> --config-name config` re-runs it.
 
     A resume keeps the config.yaml its run started with (it copied the source's when it branched into a
     new directory); what the resume changed goes to history.json (runner/rundir/resume_check.py). So the
     saved config re-runs to the same result whatever the run's history, and holds no `resume`.
+    record=False: a plain copy of cfg, `resume` included, into run_dir (what data-parallel ranks run).
     """
     path = RunDir(run_dir).config
-    if os.path.exists(RunDir(run_dir).history) and os.path.exists(path):  # this run resumed
+    if record and os.path.exists(RunDir(run_dir).history) and os.path.exists(path):  # this run resumed
         return path
     body = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    body["resume"] = None  # how the run came to be is history, not configuration
+    if record:
+        body["resume"] = None  # how the run came to be is history, not configuration
     rerun = {
         # The saved values are checked against the same schema, and re-runs land beside the original.
         "defaults": ["base_config", "_self_"],
@@ -49,6 +54,12 @@ def write_config(run_dir: str, cfg) -> str:
         },
         **body,
     }
+    if not record:
+        # Data-parallel ranks log to the console (hydra/job_logging=stdout, msrun keeps it per rank) with the
+        # logger and level in each line, so the launching process can pick out rank 0's progress and every
+        # rank's warnings (runner/training/distributed.py follow_ranks).
+        rerun["hydra"]["job_logging"] = {"formatters": {"simple": {"format": RANK_LOG_FORMAT}}}
+    os.makedirs(run_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(OmegaConf.to_yaml(OmegaConf.create(rerun)))
@@ -152,3 +163,24 @@ def warnings_recap() -> str:
     return f"\n{len(lines)} warning{'s' if len(lines) > 1 else ''} during the run (also in runner.log):\n" + "\n".join(
         lines
     )
+
+
+class _JobTag(logging.Filter):
+    """Puts `#<job>` before each record's message, once (it passes the console and the file handler)."""
+
+    def __init__(self, num) -> None:
+        super().__init__()
+        self.tag = f"#{num} "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "runner_job_tagged", False):
+            record.msg, record.runner_job_tagged = self.tag + str(record.msg), True
+        return True
+
+
+def tag_job_records(num) -> None:
+    """In a sweep, every log record of this job starts with its number: the joblib launcher runs jobs side
+    by side in one console, and their lines interleave. Hydra configures fresh handlers for each job."""
+    tag = _JobTag(num)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(tag)

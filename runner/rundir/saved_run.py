@@ -134,7 +134,7 @@ def set_up_device(cfg) -> str:
     from runner.training.environment import setup
 
     before_mindspore(cfg)
-    return setup(cfg.device, cfg.mode, cfg.seed)
+    return setup(cfg.device, cfg.mode, cfg.seed, training=False)
 
 
 def before_mindspore(cfg) -> None:

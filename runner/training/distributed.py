@@ -1,9 +1,10 @@
 """Consumer of the `distributed` group: data parallel through MindSpore's own launcher, msrun.
 
 `python -m runner distributed=dp distributed.workers=2` composes the config once, in this (parent)
-process, writes it to the run directory as config.yaml, and runs
+process, writes it to the run directory as config.yaml (the run's record) and to rank_logs/config.yaml
+(the same with `resume`, which the record leaves out), and runs
 
-    msrun --worker_num=2 ... python -m runner --config-path <run_dir> --config-name config
+    msrun --worker_num=2 ... python -m runner --config-path <run_dir>/rank_logs --config-name config
           hydra.run.dir=<run_dir> hydra.output_subdir=null hydra/job_logging=stdout
 
 so every rank trains from the very same resolved config. msrun marks its processes with MS_ROLE;
@@ -14,10 +15,12 @@ into the one run directory; every rank's console goes to <run_dir>/rank_logs/wor
 import hashlib
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 from typing import Optional
 
 from runner.errors import ConfigError, UserError
@@ -82,7 +85,7 @@ def msrun_command(cfg, run_dir: str, port: int) -> list:
         "-m",
         "runner",
         "--config-path",
-        run_dir,
+        os.path.join(run_dir, RANK_LOGS),  # launch() wrote the ranks' config.yaml there
         "--config-name",
         "config",
         f"hydra.run.dir='{run_dir}'",
@@ -101,7 +104,9 @@ def launch(cfg, run_dir: str):
         raise ConfigError("Several nodes need the same fixed distributed.master_port on every node.")
     local_batch(cfg.batch_size, d.workers)  # fail here, not in every rank
     run_dir = os.path.abspath(run_dir)
-    write_config(run_dir, cfg)
+    write_config(run_dir, cfg)  # the run's record (on a resume, it stays the one the run started with)
+    # What every rank runs: this very config, resume included (the record holds no resume).
+    write_config(RunDir(run_dir).rank_logs, cfg, record=False)
     if d.master_port and d.node_rank == 0:
         check_port_free(d.master_addr, d.master_port)
     port = d.master_port or free_port()
@@ -112,7 +117,14 @@ def launch(cfg, run_dir: str):
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, RANK_LOGS)
-    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    stop = threading.Event()
+    follower = threading.Thread(target=follow_ranks, args=(RunDir(run_dir).rank_logs, stop), daemon=True)
+    follower.start()
+    try:
+        proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    finally:
+        stop.set()
+        follower.join(timeout=10)
     with open(os.path.join(run_dir, RANK_LOGS, "msrun.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
     metrics_path = RunDir(run_dir).metrics
@@ -127,6 +139,35 @@ def launch(cfg, run_dir: str):
     metrics = RunMetrics.read(metrics_path)
     print(summary_line(metrics), flush=True)
     return metrics
+
+
+def follow_ranks(log_dir: str, stop: threading.Event, poll_s: float = 0.5) -> None:
+    """While the ranks run, print rank 0's runner log records (its progress) and every other rank's
+    runner warnings and errors from their rank_logs/worker_<i>.log, until stop is set (then once more)."""
+    offsets: dict = {}
+    while True:
+        done = stop.is_set()
+        names = sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []
+        for name in names:
+            found = re.fullmatch(r"worker_(\d+)\.log", name)
+            if not found:
+                continue
+            rank = int(found.group(1))
+            with open(os.path.join(log_dir, name), "rb") as f:
+                f.seek(offsets.get(name, 0))
+                chunk = f.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+            offsets[name] = offsets.get(name, 0) + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                if "][runner][" not in line and not line.startswith("Error: "):
+                    continue  # MindSpore's own lines stay in the rank's log
+                if rank == 0:
+                    print(line, flush=True)
+                elif line.startswith("Error: ") or "][WARNING]" in line or "][ERROR]" in line:
+                    print(f"rank {rank}: {line}", flush=True)
+        if done:
+            return
+        stop.wait(poll_s)
 
 
 def _tail(path: str, n: int = 1500) -> str:

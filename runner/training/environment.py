@@ -101,32 +101,62 @@ def cap_cpu_isa(device, conv: str = "native") -> dict:
 _first_run: dict = {}
 
 
-def check_same_process(device) -> None:
-    """Refuse a second run in this process that needs another CPU ISA cap or device target than the first.
+def effective_isa(cap) -> str:
+    """ONEDNN_MAX_CPU_ISA as it acts on this CPU: "" (no cap) also for a cap at or above what an AVX2-only
+    CPU has, so that the AVX2 cap of native convolutions and the no cap of onednn ones are the same there."""
+    cap = (cap or "").upper()
+    if cap in ("", "DEFAULT") or cap not in CPU_ISAS:
+        return ""
+    from runner.models.onednn import cpu_flags
+
+    flags = cpu_flags() or frozenset()
+    if "avx512f" in flags:
+        return cap
+    best = "AVX2_VNNI" if "avx_vnni" in flags else "AVX2" if "avx2" in flags else "AVX" if "avx" in flags else "SSE41"
+    return "" if CPU_ISAS.index(cap) >= CPU_ISAS.index(best) else cap
+
+
+def check_same_process(device, training: bool = True) -> None:
+    """Refuse a second run in this process that needs another device target than the first, or (training)
+    another CPU ISA cap; a finished run's evaluate/predict/export only warns about the ISA.
 
     oneDNN reads ONEDNN_MAX_CPU_ISA once, when MindSpore first runs a CPU kernel, and MindSpore binds
-    its device at the first graph; a run that asked for another one would silently run on the first's.
+    its device at the first graph. The ISA changes which convolution kernels run, so their speed, not
+    their results: a training run would report the speed of kernels it did not ask for, an evaluation
+    only takes longer.
     """
-    isa, target = (os.environ.get(ISA_VAR) or "").upper(), device.target
+    isa, target = effective_isa(os.environ.get(ISA_VAR)), device.target
     first = _first_run.setdefault("settings", (isa, target))
-    if isa != first[0]:
-        raise ConfigError(
-            f"This run needs {ISA_VAR}={isa or '(none)'} (device.cpu_isa_cap, model.conv), but an earlier run in "
-            f"this Python process started MindSpore with {first[0] or '(none)'}, and oneDNN reads it only once per "
-            "process: this run would silently use the earlier kernels. Run it in its own process (the runner-train "
-            "command, or a sweep, whose jobs each get one)."
-        )
     if "auto" not in (target, first[1]) and target != first[1]:
         raise ConfigError(
             f"device={target}: an earlier run in this Python process already bound MindSpore to device={first[1]}, "
             "and MindSpore cannot change its device target within a process. Run it in its own process (the "
             "runner-train command)."
         )
+    if isa == first[0]:
+        return
+    if not training:
+        log.warning(
+            "%s=%s here, but oneDNN in this process runs with %s since an earlier run (it reads it once): the "
+            "results are the same, the convolutions may be slower.",
+            ISA_VAR,
+            isa or "(none)",
+            first[0] or "(none)",
+        )
+        return
+    raise ConfigError(
+        f"This run needs {ISA_VAR}={isa or '(none)'} (device.cpu_isa_cap, model.conv), but an earlier run in "
+        f"this Python process started MindSpore with {first[0] or '(none)'}, and oneDNN reads it only once per "
+        "process: this run would train with, and report the speed of, the earlier kernels. Run it in its own "
+        "process (the runner-train command, or a sweep, whose jobs each get one)."
+    )
 
 
-def setup(device, mode, seed: int) -> str:
-    """Configure MindSpore's context (the `device` and `mode` groups) and seed every generator; return the target."""
-    check_same_process(device)
+def setup(device, mode, seed: int, training: bool = True) -> str:
+    """Configure MindSpore's context (the `device` and `mode` groups) and seed every generator; return the target.
+
+    training: False for a finished run's evaluate/predict/export (check_same_process)."""
+    check_same_process(device, training)
     import mindspore as ms
 
     kwargs = {"mode": ms.GRAPH_MODE if mode.name == "graph" else ms.PYNATIVE_MODE}

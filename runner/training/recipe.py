@@ -1,7 +1,7 @@
-"""The whole run, top to bottom: environment -> build -> train -> report.
+"""The whole run, top to bottom: environment -> Recipe.setup -> Recipe.train -> Recipe.report -> cleanup.
 
-Each phase takes its own slice of the config and returns a typed result; builders take their slice,
-never the whole config.
+The Recipe holds the run's state as typed attributes, set by setup() in the order they are built and
+read by train() and report(); builders take their slice of the config, never the whole config.
 """
 
 import logging
@@ -9,7 +9,7 @@ import math
 import os
 from dataclasses import dataclass
 from functools import partial
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, NoReturn, Optional, cast
 
 import numpy as np
 
@@ -20,6 +20,19 @@ from runner.rundir.layout import RunDir
 from runner.training import distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
+
+if TYPE_CHECKING:
+    from mindspore import nn
+
+    from runner.amp import Trainer
+    from runner.amp.guard import Guarding
+    from runner.datasets import Data
+    from runner.report.loggers import Loggers
+    from runner.report.monitor import RunMonitor
+    from runner.report.profiling import ProfileWindow
+    from runner.report.shapes import InputShapes
+    from runner.training.checkpoints import Checkpointer
+    from runner.training.validation import Watch
 
 log = logging.getLogger("runner")
 LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
@@ -48,27 +61,6 @@ class Plan:
     train_epochs: int
     sink: bool
     sink_size: int
-
-
-@dataclass
-class Parts:
-    """Everything build() makes; train() and report() only use it."""
-
-    data: object  # datasets.Data
-    net: object  # the FP32 network (its parameters are the master weights)
-    make_net: object  # builds a fresh network of the same architecture (the NaN diagnosis)
-    trainer: object  # runner.amp.Trainer
-    plan: Plan
-    monitor: object
-    shapes: object
-    guarding: object  # runner.amp.guard.Guarding
-    checkpointer: object
-    logger: object
-    start: dict  # the resume state ({} for a fresh run)
-    initial_epoch: int  # Model.train's epoch to start from (resume)
-    watch: object  # runner.training.validation.Watch: validation, the best checkpoint's monitor, early stop
-    fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
-    profiler: object = None  # runner.report.profiling.ProfileWindow with profile.steps, else None
 
 
 @dataclass
@@ -124,33 +116,14 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
-    env = environment(cfg, run_dir)
-    parts = build(cfg, env)
+    recipe = Recipe(cfg, environment(cfg, run_dir))
+    recipe.setup()
     try:
-        outcome = train(parts, env, cfg.eval)
-        return report(cfg, env, parts, outcome)
+        return recipe.report(recipe.train())
     except FinalPhaseInterrupted as e:
-        interrupted_after_training(parts, env, e.signum)
+        recipe.interrupted_after_training(e.signum)
     finally:
-        parts.checkpointer.release()
-
-
-def interrupted_after_training(p: Parts, env: Env, signum: int):
-    """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
-    step = int(p.start.get("global_step", 0)) + (p.monitor.steps[-1] if p.monitor.steps else 0)
-    if p.guarding.guard.tripped is not None:
-        log.warning("%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum))
-        raise SystemExit(128 + signum)
-    path = p.checkpointer.save_final(p.trainer.step_cell, step) if env.rank == 0 else None
-    log.warning(
-        "%s during the final phase (evaluation and report): training is complete at step %d%s; "
-        "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
-        signal_name(signum),
-        step,
-        f" and checkpointed in {path}" if path else " and checkpointed",
-        env.run_dir,
-    )
-    raise SystemExit(128 + signum)
+        recipe.cleanup()
 
 
 def environment(cfg, run_dir: str) -> Env:
@@ -180,317 +153,380 @@ def environment(cfg, run_dir: str) -> Env:
     return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, threads)
 
 
-def build(cfg, env: Env) -> Parts:
-    """Data and network, then the trainer, then the callbacks that watch training."""
-    data, make_net, net, fine_tune = build_network(cfg, env)
-    plan, trainer = build_training(cfg, env, data, net)
-    return build_watchers(cfg, env, data, net, make_net, plan, trainer, fine_tune)
+class Recipe:
+    """One training run: setup() builds the state below in this order, train() runs it, report() writes it."""
 
+    # build_network
+    data: "Data"
+    make_net: Callable  # builds a fresh network of the same architecture (the NaN diagnosis)
+    net: "nn.Cell"  # the FP32 network (its parameters are the master weights)
+    fine_tune: Optional[dict]  # init_from / optim.freeze record, or None
+    # build_training
+    plan: Plan
+    trainer: "Trainer"
+    # build_watchers
+    start: dict  # the resume state ({} for a fresh run)
+    initial_epoch: int  # Model.train's epoch to start from (resume)
+    guarding: "Guarding"  # the loss-scale trace, the NaN guard, the gradient statistics
+    logger: "Loggers"
+    monitor: "RunMonitor"
+    watch: "Watch"  # validation, the best checkpoint's monitor, early stop
+    checkpointer: "Checkpointer"
+    shapes: "InputShapes"
+    profiler: Optional["ProfileWindow"]  # with profile.steps, else None
 
-def build_network(cfg, env: Env):
-    """(data, make_net, net, fine_tune): the pipelines, the network, and what init_from/freeze did to it."""
-    from runner.datasets import build_data
-    from runner.models import build_model
-    from runner.training.finetune import prepare
+    def __init__(self, cfg, env: Env):
+        self.cfg = cfg
+        self.env = env
 
-    shard = (env.world, env.rank) if env.world > 1 else None
-    data = build_data(
-        cfg.data, cfg.padding, env.batch, cfg.seed, shard=shard, augment=cfg.augment, label_depth=cfg.model.num_classes
-    )
-    if env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
-        from runner.rundir.saved_run import write_classes
+    def setup(self) -> None:
+        """Data and network, then the trainer, then the resume state and the callbacks that watch training."""
+        self.build_network()
+        self.build_training()
+        self.build_watchers()
 
-        write_classes(env.run_dir, data)
-    make_net = partial(
-        build_model, cfg.model, data.num_classes, data.channels, min(data.height, data.width), conv=env.conv["path"]
-    )
-    net = make_net()
-    if cfg.model.num_classes is not None and cfg.model.num_classes > data.num_classes:
-        log.warning(
-            "model.num_classes=%d but the data has %d classes: the model's %d extra outputs never match a "
-            "label (they only take probability away); model.num_classes=null takes the count from the data.",
-            cfg.model.num_classes,
+    def cleanup(self) -> None:
+        """Give back the signal handlers the checkpointer took."""
+        self.checkpointer.release()
+
+    def build_network(self) -> None:
+        """The pipelines, the network, and what init_from/freeze did to it."""
+        from runner.datasets import build_data
+        from runner.models import build_model
+        from runner.training.finetune import prepare
+
+        shard = (self.env.world, self.env.rank) if self.env.world > 1 else None
+        self.data = data = build_data(
+            self.cfg.data,
+            self.cfg.padding,
+            self.env.batch,
+            self.cfg.seed,
+            shard=shard,
+            augment=self.cfg.augment,
+            label_depth=self.cfg.model.num_classes,
+        )
+        if self.env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
+            from runner.rundir.saved_run import write_classes
+
+            write_classes(self.env.run_dir, data)
+        self.make_net = partial(
+            build_model,
+            self.cfg.model,
             data.num_classes,
-            cfg.model.num_classes - data.num_classes,
+            data.channels,
+            min(data.height, data.width),
+            conv=self.env.conv["path"],
         )
-    fine_tune = prepare(
-        net, cfg.init_from, cfg.optim.freeze, data.class_names
-    )  # before the optimizer takes the trainable params
-    return data, make_net, net, fine_tune
+        self.net = net = self.make_net()
+        if self.cfg.model.num_classes is not None and self.cfg.model.num_classes > data.num_classes:
+            log.warning(
+                "model.num_classes=%d but the data has %d classes: the model's %d extra outputs never match a "
+                "label (they only take probability away); model.num_classes=null takes the count from the data.",
+                self.cfg.model.num_classes,
+                data.num_classes,
+                self.cfg.model.num_classes - data.num_classes,
+            )
+        # before the optimizer takes the trainable params
+        self.fine_tune = prepare(net, self.cfg.init_from, self.cfg.optim.freeze, data.class_names)
 
+    def build_training(self) -> None:
+        """The steps that really run, the optimizer and the AMP train and eval Models."""
+        from runner.amp import build_trainer
+        from runner.report.accuracy import evaluation_metrics
+        from runner.training.optim import build_optimizer
 
-def build_training(cfg, env: Env, data, net):
-    """(plan, trainer): the steps that really run, the optimizer and the AMP train and eval Models."""
-    from runner.amp import build_trainer
-    from runner.report.accuracy import evaluation_metrics
-    from runner.training.optim import build_optimizer
+        cfg, env, data, net = self.cfg, self.env, self.data, self.net
+        # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
+        # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
+        if cfg.sink.enabled and env.target == "CPU":
+            log.warning(
+                "sink=on has no effect on CPU: MindSpore's Model.train runs without data sink there "
+                "(recorded as sink.effective=false in metrics.json)."
+            )
+        self.plan = plan = plan_steps(
+            cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU"
+        )
+        if plan.total_steps >= LONG_RUN_STEPS:
+            log.info("%d epochs of %d steps: %d steps", cfg.epochs, data.steps_per_epoch, plan.total_steps)
+        accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
+        optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
+        self.trainer = trainer = build_trainer(
+            net,
+            cfg.amp,
+            optimizer,
+            env.mode,
+            env.target,
+            env.run_dir,
+            cfg.diagnose.enabled,
+            update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
+            label_smoothing=cfg.loss.label_smoothing,
+            metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
+        )
+        if trainer.used.amp_level_used != "O0" and env.target == "CPU":
+            log.warning(
+                "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
+                "it is here for numerics, not speed.",
+                trainer.used.amp_level_used,
+            )
 
-    # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
-    # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
-    if cfg.sink.enabled and env.target == "CPU":
+    def build_watchers(self) -> None:
+        """Resume state, then the callbacks: trace and guard, logger, monitor, validation, checkpoints, shapes."""
+        from omegaconf import OmegaConf
+
+        from runner.amp.guard import build_guard
+        from runner.report.loggers import build_logger
+        from runner.report.monitor import RunMonitor
+        from runner.report.shapes import InputShapes
+        from runner.training.checkpoints import Checkpointer, find_resume, restore
+        from runner.training.validation import build_watch
+
+        cfg, env, data, plan, trainer = self.cfg, self.env, self.data, self.plan, self.trainer
+        self.start = start = find_resume(cfg.resume, env.run_dir)
+        steps_per_call = plan.total_steps // plan.train_epochs
+        self.initial_epoch = (
+            restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
+        )
+        start_step = int(start.get("global_step", 0))
+        prior_dir = run_dir_of(start.get("path"))
+        self.guarding = guarding = build_guard(
+            env.run_dir, self.net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, start_step, prior_dir
+        )
+        if start and "losses" not in start and prior_dir:
+            # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
+            start["losses"] = guarding.trace.prior_losses()
+        params = cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+        # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
+        loggers = cfg.logger if env.rank == 0 else {}
+        self.logger = logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
+        self.monitor = monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
+        ckpt_dir = RunDir(env.run_dir).checkpoints
+        self.watch = build_watch(
+            cfg,
+            cfg.eval,
+            plan,
+            data.steps_per_epoch,
+            start,
+            ckpt_dir if env.rank == 0 else None,
+            monitor.epoch_mean_loss,
+            logger,
+            skip=self.stopping,
+        )
+        self.checkpointer = Checkpointer(
+            cfg.checkpoint,
+            ckpt_dir,
+            data.steps_per_epoch,
+            start,
+            self.watch.score,
+            monitor.losses,
+            env.rank == 0,
+            series=monitor.series,
+            vetoed=self.guard_tripped,
+        )
+        self.shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
+        self.profiler = _profiler(cfg.profile, env)
+
+    def guard_tripped(self) -> bool:
+        """Whether the NaN guard stopped training (read by the callbacks while training runs)."""
+        return self.guarding.guard.tripped is not None
+
+    def stopping(self) -> bool:
+        """Whether a signal or the NaN guard is ending training: the validation due now is skipped."""
+        return self.checkpointer.signum is not None or self.guard_tripped()
+
+    def train(self) -> Outcome:
+        """Model.fit with the callbacks in their order, then the post-mortem or the evaluation."""
+        from runner.amp.guard import postmortem
+        from runner.report.shapes import compile_count
+        from runner.training.validation import finish
+
+        used = self.trainer.used
+        log.info(
+            "training (%s, %s) for %d steps on %s",
+            self.env.mode,
+            used.amp_level_used,
+            self.plan.total_steps,
+            self.env.target,
+        )
+        # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
+        # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
+        callbacks = [self.monitor, self.shapes, *self.guarding.callbacks, *self.watch.callbacks(self.checkpointer)]
+        if self.profiler is not None:  # first: its window brackets the step as the other callbacks see it
+            callbacks.insert(0, self.profiler)
+        start_step = self.start.get("global_step", 0)
+        try:
+            if start_step >= self.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
+                log.info(
+                    "training ended at step %d before the interruption; finishing the evaluation and report", start_step
+                )
+            else:
+                self.trainer.model.fit(
+                    self.plan.train_epochs,
+                    self.data.train,
+                    callbacks=callbacks,
+                    dataset_sink_mode=self.plan.sink,
+                    sink_size=self.plan.sink_size,
+                    initial_epoch=self.initial_epoch,
+                    **self.watch.fit_args(self.data.val),
+                )
+        except (RuntimeError, MemoryError) as e:
+            oom = as_out_of_memory(e, self.env.batch)
+            if oom is None:
+                raise
+            raise oom from None
+        except OSError as e:  # a checkpoint written during training (disk full, directory gone)
+            raise UserError(
+                f"Could not write a checkpoint in {self.env.run_dir}: {e}. Earlier checkpoints are intact."
+            ) from None
+        self.checkpointer.exit_if_interrupted()
+        self.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
+        record, failure = postmortem(
+            self.guarding.guard,
+            self.make_net,
+            self.env.run_dir,
+            used.amp_level_used,
+            used.keep_fp32,
+            self.guarding.max_islands,
+        )
+        ema = not failure and getattr(self.trainer.step_cell, "ema_decay", 0) > 0
+        if ema:
+            self.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
+        done = ({}, None)
+        val, stopped = (
+            finish(self.watch, self.trainer, self.data.val, self.checkpointer, self.cfg.eval, reuse=not ema)
+            if not failure
+            else done
+        )
+        compiles = compile_count(self.trainer.step_cell, self.env.mode, self.shapes)
+        return Outcome(val, self.checkpointer.losses(), compiles, record, failure, stopped)
+
+    def collect(self, o: Outcome) -> RunMetrics:
+        """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
+        from runner.amp.guard import guard_metrics
+        from runner.report import outputs
+        from runner.report.accuracy import as_metrics
+        from runner.report.loggers import chosen
+        from runner.rundir import resume_check
+        from runner.training.optim import decay_record
+        from runner.training.validation import best_record, top_records
+
+        cfg, env = self.cfg, self.env
+        return RunMetrics(
+            val_accuracy=float(o.val["accuracy"]) if o.val else None,
+            val_loss=float(o.val["loss"]) if o.val else None,
+            **as_metrics(o.val),
+            final_loss=float(o.losses[-1]),
+            loss_curve=o.losses.tolist(),
+            val_curve=self.watch.curve(),
+            best_checkpoint=best_record(self.checkpointer, self.data.steps_per_epoch),
+            top_checkpoints=top_records(self.checkpointer, self.data.steps_per_epoch),
+            early_stop=o.early_stop,
+            fine_tune=self.fine_tune,
+            **self.monitor.timing(),
+            compile_count=o.compiles,
+            **self.shapes.metrics(o.compiles),
+            padding=self.data.padding,
+            augment=self.data.augment,
+            label_smoothing=cfg.loss.label_smoothing,
+            skipped_samples=self.data.skipped_samples,
+            peak_host_memory_mb=outputs.peak_rss_mb(),
+            amp_level_used=self.trainer.used.amp_level_used,
+            loss_scale_type_used=self.trainer.used.loss_scale_type_used,
+            native_loss_scale_cell=self.trainer.used.native_loss_scale_cell,
+            keep_fp32=self.trainer.used.keep_fp32,
+            loss_scale=self.guarding.trace.summary(),
+            nan_guard=guard_metrics(o.postmortem),
+            diagnose=self.guarding.grad_stats.summary() if self.guarding.grad_stats else None,
+            mode=env.mode,
+            device_target=env.target,
+            cpu_isa=env.isa,
+            conv=env.conv,
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+            effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
+            optimizer_updates=int(self.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
+            weight_decay=decay_record(self.trainer.step_cell.optimizer, cfg.optim),
+            ema_decay=cfg.ema.decay or None,
+            sink={
+                "requested": cfg.sink.enabled,
+                "effective": self.plan.sink,
+                "sink_size_requested": cfg.sink.sink_size,
+                # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
+                "sink_size": self.plan.sink_size,
+            },
+            distributed={"workers": env.world, "per_rank_batch": env.batch, "threads_per_rank": env.threads},
+            train_samples=self.data.train_size,
+            val_samples=self.data.val_size,
+            versions=outputs.versions(),
+            run_dir=env.run_dir,
+            resumed_from=self.start.get("path"),
+            resume_changes=resume_check.recorded(env.run_dir) if self.start else {},
+            loggers=chosen(cfg.logger),
+            profile=self.profiler.record() if self.profiler is not None else None,
+        )
+
+    def report(self, o: Outcome) -> RunMetrics:
+        """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
+        from runner.report import outputs
+
+        cfg, env = self.cfg, self.env
+        m = self.collect(o)
+        if env.world > 1:
+            distributed.write_rank_record(env.run_dir, env.rank, self.net, m.final_loss)
+            if env.rank != 0:
+                return m  # rank 0 writes the run's outputs
+        scales = self.guarding.trace.scales if m.loss_scale_type_used != "none" else None  # no flat "scale = 1" panel
+        series = {**self.monitor.series(), "loss_scale": scales}
+        title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
+        save = cfg.save_checkpoint and not o.failure
+        outputs.measure(m, self.net, self.data, series)
+        if save:
+            m.checkpoint = RunDir(env.run_dir).model
+        try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
+            m.write(RunDir(env.run_dir).metrics)
+            outputs.plot(m, series, title)
+            if save:
+                from runner.rundir.atomic import save_checkpoint
+
+                save_checkpoint(self.net, RunDir(env.run_dir).model)
+            outputs.finish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
+            if not o.failure:
+                from runner.rundir.atomic import write_json
+
+                write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
+        except OSError as e:
+            raise UserError(
+                f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
+                "hydra.run.dir; metrics.json and the files already there are complete."
+            ) from None
+        if o.failure:
+            raise o.failure
+        print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
+        return m
+
+    def interrupted_after_training(self, signum: int) -> NoReturn:
+        """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
+        step = int(self.start.get("global_step", 0)) + (self.monitor.steps[-1] if self.monitor.steps else 0)
+        if self.guard_tripped():
+            log.warning(
+                "%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum)
+            )
+            raise SystemExit(128 + signum)
+        path = self.checkpointer.save_final(self.trainer.step_cell, step) if self.env.rank == 0 else None
         log.warning(
-            "sink=on has no effect on CPU: MindSpore's Model.train runs without data sink there "
-            "(recorded as sink.effective=false in metrics.json)."
+            "%s during the final phase (evaluation and report): training is complete at step %d%s; "
+            "resume=true with hydra.run.dir=%s redoes only the evaluation and report.",
+            signal_name(signum),
+            step,
+            f" and checkpointed in {path}" if path else " and checkpointed",
+            self.env.run_dir,
         )
-    plan = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and env.target != "CPU")
-    if plan.total_steps >= LONG_RUN_STEPS:
-        log.info("%d epochs of %d steps: %d steps", cfg.epochs, data.steps_per_epoch, plan.total_steps)
-    accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
-    optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
-    trainer = build_trainer(
-        net,
-        cfg.amp,
-        optimizer,
-        env.mode,
-        env.target,
-        env.run_dir,
-        cfg.diagnose.enabled,
-        update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
-        label_smoothing=cfg.loss.label_smoothing,
-        metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
-    )
-    if trainer.used.amp_level_used != "O0" and env.target == "CPU":
-        log.warning(
-            "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
-            "it is here for numerics, not speed.",
-            trainer.used.amp_level_used,
-        )
-    return plan, trainer
+        raise SystemExit(128 + signum)
 
 
-def build_watchers(cfg, env: Env, data, net, make_net, plan, trainer, fine_tune) -> Parts:
-    """Resume state, then the callbacks: monitor, input shapes, trace and guard, validation, checkpoints."""
-    from omegaconf import OmegaConf
-
-    from runner.amp.guard import build_guard
-    from runner.report.loggers import build_logger
-    from runner.report.monitor import RunMonitor
-    from runner.report.shapes import InputShapes
-    from runner.training.checkpoints import Checkpointer, find_resume, restore
-    from runner.training.validation import build_watch
-
-    start = find_resume(cfg.resume, env.run_dir)
-    steps_per_call = plan.total_steps // plan.train_epochs
-    initial_epoch = restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
-    start_step = int(start.get("global_step", 0))
-    prior_dir = run_dir_of(start.get("path"))
-    guarding = build_guard(
-        env.run_dir, net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, start_step, prior_dir
-    )
-    if start and "losses" not in start and prior_dir:
-        # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
-        start["losses"] = guarding.trace.prior_losses()
-    params = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
-    loggers = cfg.logger if env.rank == 0 else {}
-    logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
-    monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
-    ckpt_dir = RunDir(env.run_dir).checkpoints
-    # skip() is read during training only, once checkpointer and guarding exist.
-    watch = build_watch(
-        cfg,
-        cfg.eval,
-        plan,
-        data.steps_per_epoch,
-        start,
-        ckpt_dir if env.rank == 0 else None,
-        monitor.epoch_mean_loss,
-        logger,
-        skip=lambda: checkpointer.signum is not None or guarding.guard.tripped is not None,
-    )
-    checkpointer = Checkpointer(
-        cfg.checkpoint,
-        ckpt_dir,
-        data.steps_per_epoch,
-        start,
-        watch.score,
-        monitor.losses,
-        env.rank == 0,
-        series=monitor.series,
-        vetoed=lambda: guarding.guard.tripped is not None,
-    )
-    shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
-    return Parts(
-        data,
-        net,
-        make_net,
-        trainer,
-        plan,
-        monitor,
-        shapes,
-        guarding,
-        checkpointer,
-        logger,
-        start,
-        initial_epoch,
-        watch,
-        fine_tune,
-        profiler=_profiler(cfg.profile, env),
-    )
-
-
-def _profiler(profile_cfg, env: Env):
+def _profiler(profile_cfg, env: Env) -> Optional["ProfileWindow"]:
     """MindSpore's profiler over profile.steps steps (rank 0 only), or None."""
     if profile_cfg.steps <= 0 or env.rank != 0:
         return None
     from runner.report.profiling import ProfileWindow
 
     return ProfileWindow(profile_cfg.start_step, profile_cfg.steps, env.run_dir, env.target)
-
-
-def train(p: Parts, env: Env, evaluate: bool) -> Outcome:
-    """Model.fit with the callbacks in their order, then the post-mortem or the evaluation."""
-    from runner.amp.guard import postmortem
-    from runner.report.shapes import compile_count
-    from runner.training.validation import finish
-
-    used = p.trainer.used
-    log.info("training (%s, %s) for %d steps on %s", env.mode, used.amp_level_used, p.plan.total_steps, env.target)
-    # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
-    # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
-    callbacks = [p.monitor, p.shapes, *p.guarding.callbacks, *p.watch.callbacks(p.checkpointer)]
-    if p.profiler is not None:  # first: its window brackets the step as the other callbacks see it
-        callbacks.insert(0, p.profiler)
-    start_step = p.start.get("global_step", 0)
-    try:
-        if start_step >= p.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
-            log.info(
-                "training ended at step %d before the interruption; finishing the evaluation and report", start_step
-            )
-        else:
-            p.trainer.model.fit(
-                p.plan.train_epochs,
-                p.data.train,
-                callbacks=callbacks,
-                dataset_sink_mode=p.plan.sink,
-                sink_size=p.plan.sink_size,
-                initial_epoch=p.initial_epoch,
-                **p.watch.fit_args(p.data.val),
-            )
-    except (RuntimeError, MemoryError) as e:
-        oom = as_out_of_memory(e, env.batch)
-        if oom is None:
-            raise
-        raise oom from None
-    except OSError as e:  # a checkpoint written during training (disk full, directory gone)
-        raise UserError(
-            f"Could not write a checkpoint in {env.run_dir}: {e}. Earlier checkpoints are intact."
-        ) from None
-    p.checkpointer.exit_if_interrupted()
-    p.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
-    record, failure = postmortem(
-        p.guarding.guard, p.make_net, env.run_dir, used.amp_level_used, used.keep_fp32, p.guarding.max_islands
-    )
-    ema = not failure and getattr(p.trainer.step_cell, "ema_decay", 0) > 0
-    if ema:
-        p.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
-    done = ({}, None)
-    val, stopped = (
-        finish(p.watch, p.trainer, p.data.val, p.checkpointer, evaluate, reuse=not ema) if not failure else done
-    )
-    compiles = compile_count(p.trainer.step_cell, env.mode, p.shapes)
-    return Outcome(val, p.checkpointer.losses(), compiles, record, failure, stopped)
-
-
-def collect(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
-    """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
-    from runner.amp.guard import guard_metrics
-    from runner.report import outputs
-    from runner.report.accuracy import as_metrics
-    from runner.report.loggers import chosen
-    from runner.rundir import resume_check
-    from runner.training.optim import decay_record
-    from runner.training.validation import best_record, top_records
-
-    return RunMetrics(
-        val_accuracy=float(o.val["accuracy"]) if o.val else None,
-        val_loss=float(o.val["loss"]) if o.val else None,
-        **as_metrics(o.val),
-        final_loss=float(o.losses[-1]),
-        loss_curve=o.losses.tolist(),
-        val_curve=p.watch.curve(),
-        best_checkpoint=best_record(p.checkpointer, p.data.steps_per_epoch),
-        top_checkpoints=top_records(p.checkpointer, p.data.steps_per_epoch),
-        early_stop=o.early_stop,
-        fine_tune=p.fine_tune,
-        **p.monitor.timing(),
-        compile_count=o.compiles,
-        **p.shapes.metrics(o.compiles),
-        padding=p.data.padding,
-        augment=p.data.augment,
-        label_smoothing=cfg.loss.label_smoothing,
-        skipped_samples=p.data.skipped_samples,
-        peak_host_memory_mb=outputs.peak_rss_mb(),
-        amp_level_used=p.trainer.used.amp_level_used,
-        loss_scale_type_used=p.trainer.used.loss_scale_type_used,
-        native_loss_scale_cell=p.trainer.used.native_loss_scale_cell,
-        keep_fp32=p.trainer.used.keep_fp32,
-        loss_scale=p.guarding.trace.summary(),
-        nan_guard=guard_metrics(o.postmortem),
-        diagnose=p.guarding.grad_stats.summary() if p.guarding.grad_stats else None,
-        mode=env.mode,
-        device_target=env.target,
-        cpu_isa=env.isa,
-        conv=env.conv,
-        seed=cfg.seed,
-        batch_size=cfg.batch_size,
-        effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
-        optimizer_updates=int(p.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
-        weight_decay=decay_record(p.trainer.step_cell.optimizer, cfg.optim),
-        ema_decay=cfg.ema.decay or None,
-        sink={
-            "requested": cfg.sink.enabled,
-            "effective": p.plan.sink,
-            "sink_size_requested": cfg.sink.sink_size,
-            # -1 (a whole epoch per sink) when sink is off, or when sink_size is one epoch anyway
-            "sink_size": p.plan.sink_size,
-        },
-        distributed={"workers": env.world, "per_rank_batch": env.batch, "threads_per_rank": env.threads},
-        train_samples=p.data.train_size,
-        val_samples=p.data.val_size,
-        versions=outputs.versions(),
-        run_dir=env.run_dir,
-        resumed_from=p.start.get("path"),
-        resume_changes=resume_check.recorded(env.run_dir) if p.start else {},
-        loggers=chosen(cfg.logger),
-        profile=p.profiler.record() if p.profiler is not None else None,
-    )
-
-
-def report(cfg, env: Env, p: Parts, o: Outcome) -> RunMetrics:
-    """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
-    from runner.report import outputs
-
-    m = collect(cfg, env, p, o)
-    if env.world > 1:
-        distributed.write_rank_record(env.run_dir, env.rank, p.net, m.final_loss)
-        if env.rank != 0:
-            return m  # rank 0 writes the run's outputs
-    scales = p.guarding.trace.scales if m.loss_scale_type_used != "none" else None  # no flat "scale = 1" panel
-    series = {**p.monitor.series(), "loss_scale": scales}
-    title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
-    save = cfg.save_checkpoint and not o.failure
-    outputs.measure(m, p.net, p.data, series)
-    if save:
-        m.checkpoint = RunDir(env.run_dir).model
-    try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
-        m.write(RunDir(env.run_dir).metrics)
-        outputs.plot(m, series, title)
-        if save:
-            from runner.rundir.atomic import save_checkpoint
-
-            save_checkpoint(p.net, m.checkpoint)
-        outputs.finish(m, p.logger, advise=not o.failure)  # no advice on how to speed up a failed run
-        if not o.failure:
-            from runner.rundir.atomic import write_json
-
-            write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
-    except OSError as e:
-        raise UserError(
-            f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
-            "hydra.run.dir; metrics.json and the files already there are complete."
-        ) from None
-    if o.failure:
-        raise o.failure
-    print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
-    return m

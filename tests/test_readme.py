@@ -1,0 +1,91 @@
+"""The README's "Using a trained model" commands, run as written in a fresh directory, print the numbers
+the README shows (accuracies, losses, counts; timings and paths differ from machine to machine)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+# Numbers a run reproduces exactly on CPU (the runs are deterministic: tests/test_train.py pins a loss curve).
+EXACT = re.compile(r"\b(val_acc|val_loss|train_loss|top1|top5|top-1 agreement) ([0-9.]+)|(\d+) images classified")
+DIFF = re.compile(r"max \|diff\| ([0-9.e+-]+)")
+
+
+def section(title: str) -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def commands(text: str) -> list:
+    """(command, the output lines the README shows for it) for each `$ ` line of the section's code blocks;
+    a here-document (<<'EOF') runs to its EOF line. Package installs are left to the reader."""
+    found = []
+    for block in re.findall(r"```\n(.*?)```", text, re.S):
+        lines = block.splitlines()
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            i += 1
+            if not line.startswith("$ "):
+                if found and line.strip():
+                    found[-1][1].append(line)
+                continue
+            cmd = line[2:].split("  #")[0].strip()
+            if "<<'EOF'" in cmd:
+                body = []
+                while lines[i] != "EOF":
+                    body.append(lines[i])
+                    i += 1
+                i += 1
+                cmd = "\n".join([cmd, *body, "EOF"])
+            found.append((cmd, []))
+    return [(c, out) for c, out in found if not c.startswith("pip ")]
+
+
+def numbers(line: str) -> list:
+    return [m.group(0) for m in EXACT.finditer(line)]
+
+
+def same_line(shown: str, out: list) -> str:
+    """The output line the README line shows: the same log message, or the line with the same first word."""
+    if shown.startswith("[") and "] - " in shown:
+        message = shown.split("] - ", 1)[1].split(":")[0]
+        hits = [line for line in out if f"] - {message}:" in line]
+    else:
+        hits = [line for line in out if line.split()[:1] == shown.split()[:1]]
+    assert hits, (shown, out[-20:])
+    return hits[-1]
+
+
+@pytest.mark.slow
+def test_using_a_trained_model_runs_as_written(tmp_path):
+    steps = commands(section("Using a trained model"))
+    assert [c.split()[2] if c.startswith("python -m") else c.split()[0] for c, _ in steps][:5] == [
+        "runner",
+        "runner.evaluate",
+        "python",
+        "runner.predict",
+        "runner.export",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    env["PATH"] = (
+        f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `python` is the venv's, as the README says
+    )
+    for cmd, shown in steps:
+        proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{cmd}\n{out[-3000:]}"
+        assert "Traceback" not in out, out[-3000:]
+        for line in (line for line in shown if numbers(line)):
+            assert numbers(line) == numbers(same_line(line, out.splitlines())), (cmd, line)
+        for value in (float(d) for line in out.splitlines() for d in DIFF.findall(line)):
+            assert value <= 1e-4  # the parity the command checks
+    predictions = next((tmp_path / "outputs" / "digits").glob("predict-*/predictions.csv")).read_text().splitlines()[1:]
+    truth = [(re.search(r"true(\d)", row).group(1), row.split(",")[1]) for row in predictions]
+    assert len(truth) == 60 and all(t == p for t, p in truth)  # "All 60 are classified as their true class"
