@@ -49,11 +49,11 @@ THREADS_VAR = "MINDSPORE_RUNNER_ONEDNN_THREADS"
 
 
 # model.conv=best takes this path where it was measured to pay: oneDNN's blocked kernels trained ResNet-18
-# 2.2x faster than MindSpore's Conv2D with AVX-512 and 1.7x faster with AVX2 + FMA (BENCHMARKS.md,
+# 2.2x faster than MindSpore's Conv2D with AVX-512 and 1.6x faster with AVX2 + FMA (BENCHMARKS.md,
 # "model.conv"). Below AVX2 (SSE4.1-only x86, other architectures) nothing was measured: native.
 FAST_ISA_FLAGS = ("avx2", "fma")  # /proc/cpuinfo names; AVX-512 CPUs have them too
 SLOW_CAPS = ("SSE41", "AVX")  # ONEDNN_MAX_CPU_ISA values below AVX2
-LOST = "native convolutions trained ResNet-18 1.7x (AVX2) to 2.2x (AVX-512) slower than onednn (BENCHMARKS.md)"
+LOST = "native convolutions trained ResNet-18 1.6x (AVX2) to 2.2x (AVX-512) slower than onednn (BENCHMARKS.md)"
 
 
 @dataclass(frozen=True)

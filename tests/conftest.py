@@ -79,7 +79,8 @@ def _captured_fds():
 def _process_state_restored():
     """Undo what a command changes in the process it runs in: argv, environment, working directory,
     the SIGINT handler, logging (Hydra configures it for each run), Hydra's singletons, the flags
-    the CLI keeps for one process (Ctrl-C seen, failed sweep jobs) and the run directories it locked."""
+    the CLI keeps for one process (Ctrl-C seen, failed sweep jobs), the run directories it locked and
+    MindSpore's execution mode."""
     import logging
     import signal
 
@@ -100,6 +101,7 @@ def _process_state_restored():
     raise_exceptions, disable = logging.raiseExceptions, logging.root.manager.disable
     interrupted = dict(isolated_launcher._interrupted)
     locks = dict(lock._held)
+    mode = sys.modules["mindspore"].get_context("mode") if "mindspore" in sys.modules else None
     try:
         yield
     finally:
@@ -126,6 +128,8 @@ def _process_state_restored():
         isolated_launcher._interrupted.update(interrupted)
         for run_dir in set(lock._held) - set(locks):  # the kernel releases them when a process exits
             lock._held.pop(run_dir).close()
+        if "mindspore" in sys.modules:  # a run sets MindSpore's mode for the whole process (0: graph, its default)
+            sys.modules["mindspore"].set_context(mode=0 if mode is None else mode)
 
 
 def cli_in_process(*argv, env=None, cwd=REPO, app="runner.__main__:train"):

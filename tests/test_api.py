@@ -83,20 +83,28 @@ def test_refusals_are_raised_before_anything_is_written(tmp_path):
 def test_a_later_run_that_needs_another_isa_or_device_is_refused(monkeypatch, caplog):
     compose = runner.compose
     monkeypatch.setattr(environment, "_first_run", {})
-    monkeypatch.setenv(environment.ISA_VAR, "AVX2")
+    monkeypatch.setenv(environment.ISA_VAR, "SSE41")  # below AVX2: a cap that acts on any CPU the runner meets
     environment.check_same_process(compose("device=cpu").device)
     environment.check_same_process(compose("device=auto").device)  # auto: whatever the first bound
-    monkeypatch.setenv(environment.ISA_VAR, "avx2")
+    monkeypatch.setenv(environment.ISA_VAR, "sse41")
     environment.check_same_process(compose().device)
     monkeypatch.delenv(environment.ISA_VAR)  # model.conv=onednn runs uncapped
     with pytest.raises(runner.ConfigError, match="oneDNN reads it only once per process"):
         environment.check_same_process(compose().device)
     # A finished run's evaluate/predict/export: the same results, maybe slower; said, not refused.
     environment.check_same_process(compose().device, training=False)
-    assert "oneDNN in this process runs with AVX2" in caplog.text
-    monkeypatch.setenv(environment.ISA_VAR, "AVX2")
+    assert "oneDNN in this process runs with SSE41" in caplog.text
+    monkeypatch.setenv(environment.ISA_VAR, "SSE41")
     with pytest.raises(runner.ConfigError, match="cannot change its device target within a process"):
         environment.check_same_process(compose("device=gpu").device)
+    # On an AVX2-only CPU the AVX2 cap (native convolutions) and no cap (onednn) are the same ISA.
+    from runner.models import onednn
+
+    monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma"}))
+    assert environment.effective_isa("AVX2") == environment.effective_isa(None) == ""
+    assert environment.effective_isa("sse41") == "SSE41"
+    monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma", "avx512f"}))
+    assert environment.effective_isa("avx2") == "AVX2"
 
 
 def test_the_api_loads_on_first_use():
@@ -106,3 +114,27 @@ def test_the_api_loads_on_first_use():
         "assert sorted(runner.__all__) == sorted(n for n in runner.__all__ if getattr(runner, n))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd="/")
+
+
+@pytest.mark.slow
+def test_a_signal_raises_interrupted_and_the_run_resumes(tmp_path):
+    import signal
+    import threading
+    import time
+
+    run = tmp_path / "run"
+    first = run / "checkpoints" / "step_00000044.ckpt"  # the end of epoch 1
+
+    def send_sigterm_after_epoch_1():
+        deadline = time.time() + 300
+        while not first.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # the checkpointer's handler takes it in the main thread
+
+    threading.Thread(target=send_sigterm_after_epoch_1, daemon=True).start()
+    with pytest.raises(runner.Interrupted) as stopped:
+        runner.train(runner.compose(*TINY, "epochs=3"), str(run))
+    assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 143
+    assert str(run) not in lock._held and not (run / "metrics.json").exists()
+    m = runner.train(runner.compose(*TINY, "epochs=3", "resume=true"), str(run))
+    assert m.steps == 132 == len(m.loss_curve) and m.resumed_from

@@ -57,7 +57,7 @@ def test_every_option_trains_with_one_compile(tmp_path):
 
 
 def test_mixup_cutmix_erasing_and_label_smoothing_train(tmp_path):
-    run_cli(tmp_path, *TINY, *ALL_RANDOM)
+    run_in_process(tmp_path, *TINY, *ALL_RANDOM)
     m = metrics(tmp_path)
     assert m["compile_count"] == 1 and m["augment"]["soft_labels"] is True
     assert [b["op"] for b in m["augment"]["batch_ops"]] == ["MixUpBatch", "CutMixBatch"]
@@ -77,7 +77,7 @@ def test_mirrorable_rgb_folder_flips_and_has_no_top5(tmp_path):
     from imagegen import digit_folder
 
     digit_folder(tmp_path / "data", [(12, 12)], per_class=8, classes=4, val_per_class=3)
-    run_cli(
+    run_in_process(
         tmp_path / "run",
         *TINY,
         "data=imagefolder",

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY, compose_cfg, metrics, run_cli
+from conftest import REPO, TINY, compose_cfg, metrics, run_in_process
 
 from runner.config.checks import validate
 from runner.training.optim import build_optimizer, build_schedule, schedule_rates
@@ -85,7 +85,7 @@ def test_optimizers_take_their_settings():
     ],
 )
 def test_each_optimizer_trains_through_the_cli(tmp_path, overrides):
-    run_cli(tmp_path, *TINY, *overrides)
+    run_in_process(tmp_path, *TINY, *overrides)
     m = metrics(tmp_path)
     assert m["val_accuracy"] > 0.5 and m["optimizer_updates"] == 44
     assert m["weight_decay"]["filter_bias_and_bn"] is ("optim.filter_bias_and_bn=false" not in overrides)

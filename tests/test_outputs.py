@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import REPO, metrics, run_cli
+from conftest import REPO, metrics, run_cli, run_in_process
 from omegaconf import OmegaConf
 
 
@@ -32,7 +32,7 @@ def test_checkpoint_round_trip(tmp_path, tiny, amp):
     from runner.datasets import build_data
     from runner.models import build_model
 
-    run_cli(tmp_path, f"amp={amp}", *tiny)
+    run_in_process(tmp_path, f"amp={amp}", *tiny)
     m = metrics(tmp_path)
     saved = OmegaConf.load(tmp_path / "config.yaml")
     cfg = OmegaConf.merge(

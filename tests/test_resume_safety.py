@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY, metrics, run_cli, start_cli, wait_for
+from conftest import TINY, metrics, run_cli, run_in_process, start_cli, wait_for
 
 SMALL = [o for o in TINY if not o.startswith(("epochs=", "log_every="))] + ["log_every=20"]
 FAULT = ["amp=o3", "data.input_scale=1e5", "diagnose.patience=3"]
@@ -18,7 +18,7 @@ FAULT = ["amp=o3", "data.input_scale=1e5", "diagnose.patience=3"]
 def finished(tmp_path_factory):
     """A finished 2-epoch run (88 steps, checkpoints at 44 and 88); tests copy it before changing it."""
     run_dir = tmp_path_factory.mktemp("finished") / "run"
-    run_cli(run_dir, "epochs=2", *SMALL)
+    run_in_process(run_dir, "epochs=2", *SMALL)
     return run_dir
 
 
@@ -45,7 +45,7 @@ def _all_finite(path):
 def test_resume_true_on_a_finished_run_exits_0_and_leaves_it_alone(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
     before = (run_dir / "metrics.json").read_bytes(), (run_dir / "model.ckpt").read_bytes()
-    proc = run_cli(run_dir, "epochs=2", *SMALL, "resume=true")  # a re-queued job does exactly this
+    proc = run_in_process(run_dir, "epochs=2", *SMALL, "resume=true")  # a re-queued job does exactly this
     assert "already complete" in proc.stdout and "88 steps" in proc.stdout
     assert ((run_dir / "metrics.json").read_bytes(), (run_dir / "model.ckpt").read_bytes()) == before
 
@@ -53,7 +53,7 @@ def test_resume_true_on_a_finished_run_exits_0_and_leaves_it_alone(finished, tmp
 def test_a_used_directory_is_reused_only_by_resuming(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
     before = (run_dir / "metrics.json").read_bytes()
-    proc = run_cli(run_dir, "epochs=2", *SMALL, check=False)
+    proc = run_in_process(run_dir, "epochs=2", *SMALL, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     text = " ".join(proc.stderr.split())
     assert "already holds a run (a finished run)" in text and "resume=true" in text and "rerun-" in text
@@ -63,7 +63,7 @@ def test_a_used_directory_is_reused_only_by_resuming(finished, tmp_path):
 def test_resume_refuses_what_cannot_change_and_lists_it(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
     args = ["epochs=3", *SMALL, "resume=true", "optim.momentum=0.8", "batch_size=16", "seed=1", "optim.lr=0.05"]
-    proc = run_cli(run_dir, *args, check=False)
+    proc = run_in_process(run_dir, *args, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     text = " ".join(proc.stderr.split())
     for diff in ("optim.momentum: 0.9 -> 0.8", "batch_size: 32 -> 16", "seed: 0 -> 1"):
@@ -74,7 +74,7 @@ def test_resume_refuses_what_cannot_change_and_lists_it(finished, tmp_path):
 
 def test_extending_a_finished_run_continues_every_record(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
-    run_cli(run_dir, "epochs=3", *SMALL, "resume=true")
+    run_in_process(run_dir, "epochs=3", *SMALL, "resume=true")
     before, m = metrics(finished), metrics(run_dir)
     assert m["resume_changes"] == {"epochs": [2, 3]} and m["resumed_from"].endswith("step_00000088.ckpt")
     # One curve over the whole run, as long as its step count; the first 88 steps are the earlier run's.
@@ -134,7 +134,7 @@ def test_a_non_finite_checkpoint_is_refused_naming_the_last_finite_one(finished,
     bn = next(k for k in params if k.endswith("moving_mean"))
     params[bn] = ms.Tensor(np.full(params[bn].shape, np.nan, np.float32))
     ms.save_checkpoint([{"name": k, "data": v} for k, v in params.items()], str(latest))
-    proc = run_cli(run_dir, "epochs=3", *SMALL, "resume=true", check=False)
+    proc = run_in_process(run_dir, "epochs=3", *SMALL, "resume=true", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     text = " ".join(proc.stderr.split())
     assert "non-finite" in text and bn in text
@@ -158,7 +158,7 @@ def test_a_truncated_latest_json_falls_back_to_the_newest_intact_checkpoint(fini
     run_dir = _copy(finished, tmp_path)
     state = run_dir / "checkpoints" / "latest.json"
     state.write_text(state.read_text()[:200])
-    proc = run_cli(run_dir, "epochs=3", *SMALL, "resume=true")
+    proc = run_in_process(run_dir, "epochs=3", *SMALL, "resume=true")
     out = " ".join((proc.stdout + proc.stderr).split())
     assert "unreadable" in out and "newest intact checkpoint" in out and "step_00000088.ckpt" in out
     m = metrics(run_dir)

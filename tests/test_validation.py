@@ -9,7 +9,7 @@ from conftest import TINY, metrics, module_in_process, outputs_of, run_cli, run_
 
 
 def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
-    run_cli(tmp_path, *TINY, "epochs=3", "validation.every_epochs=2", "checkpoint.top_k=2")
+    run_in_process(tmp_path, *TINY, "epochs=3", "validation.every_epochs=2", "checkpoint.top_k=2")
     m = metrics(tmp_path)
     # Every 2 epochs, and always after the last one.
     assert [p["epoch"] for p in m["val_curve"]] == [2.0, 3.0]
@@ -35,7 +35,7 @@ def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
     assert logged[:2] == [(p["step"], p["accuracy"]) for p in m["val_curve"]]
     # Resumed from epoch 2 into a new directory: the curve continues, with the same numbers.
     resumed = tmp_path / "resumed"
-    run_cli(
+    run_in_process(
         resumed, *TINY, "epochs=3", "validation.every_epochs=2", f"resume={tmp_path}/checkpoints/step_00000088.ckpt"
     )
     r = metrics(resumed)
@@ -56,7 +56,7 @@ def _expected_stop(values, patience, min_delta, higher_better=True):
 
 def test_early_stop_stops_on_a_plateau_and_keeps_the_best(tmp_path):
     # A learning rate of 1e-7 leaves validation flat: accuracy cannot gain 2 points.
-    run_cli(
+    run_in_process(
         tmp_path, *TINY, "epochs=8", "validation.every_epochs=1", "optim.lr=1e-7",
         "early_stop.patience=2", "early_stop.min_delta=0.02",
     )  # fmt: skip
@@ -106,7 +106,7 @@ def test_early_stop_with_ema_keeps_and_restores_the_best_average(tmp_path):
 
 
 def test_early_stop_on_train_loss_without_validation(tmp_path):
-    run_cli(tmp_path, *TINY, "epochs=6", "eval=false", "optim.lr=1e-7", "early_stop.patience=1",
+    run_in_process(tmp_path, *TINY, "epochs=6", "eval=false", "optim.lr=1e-7", "early_stop.patience=1",
             "early_stop.min_delta=1.0")  # fmt: skip
     m = metrics(tmp_path)
     assert m["early_stop"]["stopped"] and m["early_stop"]["monitor"] == "train_loss" and m["steps"] == 88

@@ -2,7 +2,7 @@
 
 HOST_FRACTION = 0.3  # host-side share of step time above which the data path is worth a look
 # model.conv=onednn against native on ResNet-18, BENCHMARKS.md (bench/vs_torch.py)
-ONEDNN_SPEEDUP = "1.7x (AVX2) to 2.2x (AVX-512)"
+ONEDNN_SPEEDUP = "1.6x (AVX2) to 2.2x (AVX-512)"
 
 
 def run_notes(m) -> list:

@@ -101,6 +101,21 @@ def cap_cpu_isa(device, conv: str = "native") -> dict:
 _first_run: dict = {}
 
 
+def effective_isa(cap) -> str:
+    """ONEDNN_MAX_CPU_ISA as it acts on this CPU: "" (no cap) also for a cap at or above what an AVX2-only
+    CPU has, so that the AVX2 cap of native convolutions and the no cap of onednn ones are the same there."""
+    cap = (cap or "").upper()
+    if cap in ("", "DEFAULT") or cap not in CPU_ISAS:
+        return ""
+    from runner.models.onednn import cpu_flags
+
+    flags = cpu_flags() or frozenset()
+    if "avx512f" in flags:
+        return cap
+    best = "AVX2_VNNI" if "avx_vnni" in flags else "AVX2" if "avx2" in flags else "AVX" if "avx" in flags else "SSE41"
+    return "" if CPU_ISAS.index(cap) >= CPU_ISAS.index(best) else cap
+
+
 def check_same_process(device, training: bool = True) -> None:
     """Refuse a second run in this process that needs another device target than the first, or (training)
     another CPU ISA cap; a finished run's evaluate/predict/export only warns about the ISA.
@@ -110,7 +125,7 @@ def check_same_process(device, training: bool = True) -> None:
     their results: a training run would report the speed of kernels it did not ask for, an evaluation
     only takes longer.
     """
-    isa, target = (os.environ.get(ISA_VAR) or "").upper(), device.target
+    isa, target = effective_isa(os.environ.get(ISA_VAR)), device.target
     first = _first_run.setdefault("settings", (isa, target))
     if "auto" not in (target, first[1]) and target != first[1]:
         raise ConfigError(
