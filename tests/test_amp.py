@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import metrics, run_cli
+from conftest import metrics, run_cli, run_in_process
 
 os.environ.setdefault(
     "ONEDNN_MAX_CPU_ISA", "AVX2"
@@ -153,7 +153,7 @@ def test_fault_stops_names_first_block_and_its_fix_trains_like_o0(tmp_path, tiny
 
 def test_trace_and_gradient_statistics(tmp_path, tiny):
     # A start scale of 2^24 overflows FP16 gradients until the dynamic scale has come down.
-    run_cli(tmp_path, "amp=o2", "amp.loss_scale.init=16777216", "diagnose=on", "diagnose.every=10", *tiny)
+    run_in_process(tmp_path, "amp=o2", "amp.loss_scale.init=16777216", "diagnose=on", "diagnose.every=10", *tiny)
     m = metrics(tmp_path)
     rows = list(csv.DictReader(open(tmp_path / "loss_scale.csv")))
     assert len(rows) == m["steps"]

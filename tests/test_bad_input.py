@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY, cli_in_process, dry_run, metrics, run_cli, run_in_process
+from conftest import REPO, TINY, cli_in_process, dry_run, metrics, run_in_process
 
 
 def clean_error(proc, *words, code=2):
@@ -46,7 +46,7 @@ def test_bad_image_file_is_named(tmp_path, kind, words):
 def test_skip_leaves_out_and_lists_dangling_links_and_oversized_images(tmp_path):
     bad = bad_folder(tmp_path / "data", "dangling", "bomb")
     args = ["data=imagefolder", f"data.root={tmp_path / 'data'}", "data.on_bad_sample=skip", "batch_size=4", *TINY]
-    run_cli(tmp_path / "run", *args)
+    run_in_process(tmp_path / "run", *args)
     m = metrics(tmp_path / "run")
     assert sorted(m["skipped_samples"]) == sorted(bad)
     assert m["train_samples"] == 18 and m["final_loss"] > 0  # 3 classes x 6 good files, nothing else
@@ -90,7 +90,7 @@ def test_master_port_in_use_is_named_before_msrun_waits(tmp_path):
         held.listen()
         port = held.getsockname()[1]
         start = time.monotonic()
-        proc = run_cli(tmp_path, "distributed=dp", f"distributed.master_port={port}", *TINY, check=False)
+        proc = run_in_process(tmp_path, "distributed=dp", f"distributed.master_port={port}", *TINY, check=False)
     clean_error(proc, f"distributed.master_port={port}", "in use")
     assert time.monotonic() - start < 60  # msrun would have waited distributed.timeout_s (120 s) for its ranks
 

@@ -271,10 +271,10 @@ def test_empty_class_folder_is_named(tmp_path):
 
 
 def test_skip_bad_samples_trains_and_reports_them(tmp_path, tiny):
-    from conftest import metrics, run_cli
+    from conftest import metrics
 
     victim = _truncated_folder(tmp_path / "data")
-    run_cli(
+    run_in_process(
         tmp_path / "run",
         "data=imagefolder",
         f"data.root={tmp_path / 'data'}",

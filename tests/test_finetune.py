@@ -24,13 +24,13 @@ def folder5(tmp_path_factory):
 def finetuned(tmp_path_factory, tiny_run, folder5):
     """The 10-class digits run fine-tuned on the 5-class folder with stem and layer1 frozen."""
     run_dir = tmp_path_factory.mktemp("finetuned")
-    run_cli(run_dir, *TINY, "epochs=2", f"init_from={tiny_run}", "data=imagefolder", f"data.root={folder5}",
+    run_in_process(run_dir, *TINY, "epochs=2", f"init_from={tiny_run}", "data=imagefolder", f"data.root={folder5}",
             "optim.freeze=[stem, layer1]")  # fmt: skip
     return run_dir
 
 
 def test_init_from_lowers_the_starting_loss(tmp_path, tiny_run):
-    run_cli(tmp_path, *TINY, f"init_from={tiny_run}")
+    run_in_process(tmp_path, *TINY, f"init_from={tiny_run}")
     fresh, tuned = metrics(tiny_run), metrics(tmp_path)
     assert tuned["fine_tune"]["reinitialised"] == [] and tuned["fine_tune"]["init_from"].endswith("model.ckpt")
     # The same data, seed and order: only the starting weights differ.

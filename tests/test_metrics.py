@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import EVAL_OFF, compose_cfg, metrics, run_cli
+from conftest import EVAL_OFF, compose_cfg, metrics, run_cli, run_in_process
 
 from runner.report import advice
 from runner.report.metrics import RunMetrics
@@ -33,7 +33,7 @@ def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
 
     # A loss scale that doubles every 2 good steps: its per-step curve must show the growth.
     over = ["amp=o2", "amp.loss_scale.window=2", "logger=tensorboard", "log_every=10", "eval=false"]
-    run_cli(tmp_path, *tiny, *over)
+    run_in_process(tmp_path, *tiny, *over)
     m = metrics(tmp_path)
     assert m["compile_count"] == 1 and m["compile_seconds"] > 0
     assert m["step_time_p90_ms"] >= m["step_time_median_ms"] > 0

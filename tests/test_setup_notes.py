@@ -2,11 +2,11 @@
 
 import signal
 
-from conftest import TINY, run_cli, start_cli, wait_for
+from conftest import TINY, run_in_process, start_cli, wait_for
 
 
 def test_more_model_classes_than_the_data_has_warns(tmp_path):
-    proc = run_cli(tmp_path, *TINY, "model.num_classes=100", "eval=false", "save_checkpoint=false")
+    proc = run_in_process(tmp_path, *TINY, "model.num_classes=100", "eval=false", "save_checkpoint=false")
     text = " ".join((proc.stdout + proc.stderr).split())
     assert "model.num_classes=100 but the data has 10 classes" in text and "90 extra outputs" in text
 

@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import metrics, run_cli
+from conftest import metrics, run_cli, run_in_process
 
 ISA = "device.cpu_isa_cap"
 
@@ -44,7 +44,7 @@ def test_the_basic_launcher_leaks_state_between_jobs(tmp_path, tiny):
 
 
 def test_a_failed_job_is_summarised_and_the_others_run(tmp_path, tiny):
-    proc = run_cli(
+    proc = run_in_process(
         tmp_path,
         "model.num_classes=5,null",  # job 0 fails at run time: digits has labels up to 9
         *tiny,

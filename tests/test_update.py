@@ -168,7 +168,7 @@ def test_accumulate_steps_through_the_cli(tmp_path):
 def test_ema_is_what_is_evaluated_and_saved(tmp_path, tiny_run):
     # 0.99 over TINY's 44 updates: without the decay's ramp the initial weights kept 64% of the average
     # (0.99**44) and its accuracy fell far below the plain run's.
-    run_cli(tmp_path / "ema", *TINY, "ema.decay=0.99")
+    run_in_process(tmp_path / "ema", *TINY, "ema.decay=0.99")
     plain, ema = metrics(tiny_run), metrics(tmp_path / "ema")  # tiny_run: the same TINY run without EMA
     assert ema["final_loss"] == plain["final_loss"]  # the same training ...
     assert ema["val_loss"] != plain["val_loss"]  # ... evaluated on other weights
