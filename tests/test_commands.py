@@ -173,9 +173,11 @@ def test_a_dry_run_leaves_no_run_directory(tmp_path):
     proc = script("runner-train", "dry_run=true", cwd=tmp_path)
     assert proc.returncode == 0 and "Configuration is valid" in proc.stdout, proc.stderr
     assert not any(tmp_path.iterdir())  # not even an empty outputs/
-    # A directory that already holds something (here a file of the user's) keeps it.
+    # A directory of the user's own is refused, as the real run would be (tests/test_run_dirs.py), before
+    # Hydra writes anything into it: it keeps its files, and only them.
     keep = tmp_path / "keep"
     keep.mkdir()
     (keep / "notes.txt").write_text("mine")
-    assert script("runner-train", "dry_run=true", "hydra.run.dir=keep", cwd=tmp_path).returncode == 0
-    assert (keep / "notes.txt").read_text() == "mine"
+    proc = script("runner-train", "dry_run=true", "hydra.run.dir=keep", cwd=tmp_path)
+    assert proc.returncode == 2 and "not a run of this runner" in " ".join(proc.stderr.split()), proc.stderr
+    assert [p.name for p in keep.iterdir()] == ["notes.txt"] and (keep / "notes.txt").read_text() == "mine"

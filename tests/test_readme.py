@@ -89,3 +89,50 @@ def test_using_a_trained_model_runs_as_written(tmp_path):
     predictions = next((tmp_path / "outputs" / "digits").glob("predict-*/predictions.csv")).read_text().splitlines()[1:]
     truth = [(re.search(r"true(\d)", row).group(1), row.split(",")[1]) for row in predictions]
     assert len(truth) == 60 and all(t == p for t, p in truth)  # "All 60 are classified as their true class"
+
+
+def training_commands() -> list:
+    """Every `python -m runner ...` / `runner-train ...` / `runner-configs ...` command line in the README's
+    code blocks (a trailing `\\` continues it), in order, with comments cut."""
+    found, block = [], False
+    lines = (REPO / "README.md").read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line.startswith("```"):
+            block = not block
+            continue
+        text = line[2:] if line.startswith("$ ") else line
+        if not block or not re.match(r"(python -m runner(?![.\w])|runner-train\b|runner-configs\b)", text):
+            continue
+        while text.rstrip().endswith("\\") and i < len(lines):
+            text = text.rstrip()[:-1] + " " + lines[i].strip()
+            i += 1
+        found.append(re.split(r"\s+#\s", text)[0].strip())
+    return found
+
+
+# Commands that need what a test machine lacks: a user's data set or a checkpoint on disk (named by an
+# absolute path or a placeholder), a Slurm cluster.
+NEEDS_ELSEWHERE = re.compile(r"<|~/|=/data|=/w/|submitit_slurm")
+
+
+@pytest.mark.slow
+def test_every_training_command_in_the_readme_runs_as_a_dry_run(tmp_path):
+    from test_commands import readme_files
+
+    readme_files(tmp_path)  # the README's example config files, for the commands that use them
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    ran = []
+    for cmd in training_commands():
+        if NEEDS_ELSEWHERE.search(cmd) or cmd.count("python -m runner") > 1:  # (two nodes' commands side by side)
+            continue
+        prints = any(flag in cmd.split() for flag in ("--help", "--cfg", "-sc")) or cmd.startswith("runner-configs")
+        full = cmd if prints or "dry_run=" in cmd else f"{cmd} dry_run=true"
+        proc = subprocess.run(["bash", "-c", full], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and "Traceback" not in out, f"{full}\n{out[-3000:]}"
+        ran.append(cmd)
+    assert len(ran) >= 15, ran

@@ -5,8 +5,11 @@ it: `hydra.callbacks`, the launcher and the sweeper (`_target_`), and the `hydra
 `hydra.hydra_logging` dictConfigs (`class`, `()`, `ext://`). A config file, a `--config-dir`, an
 `experiment` file or a command-line override can put anything there. So the configuration is
 composed here exactly as `@hydra.main` will compose it (same search path, config dir, overrides and
-`hydra` node, every value of a sweep) and every callable it names is checked against an allowlist;
-only then does Hydra run. Hydra's own target blocklist stays as a second layer behind this one.
+`hydra` node; with -m the sweep's own config and every job's, each combination of the swept values),
+resolved as Hydra will resolve it at run time, and every callable it names is checked against an
+explicit list (ALLOWED_TARGETS); then the command's own checks that can refuse (the output directory,
+a resume) run, so that nothing is written before a refusal. Only then does Hydra run. Hydra's own
+target blocklist stays as a second layer behind this one.
 """
 
 import copy
@@ -418,12 +421,6 @@ def check_package_header(error: Exception) -> None:
         ) from None
 
 
-def check_config(task, argv) -> None:
-    """Raise ConfigError when what argv composes to names a callable outside the allowlist."""
-    for cfg, num, multirun in compose_like_hydra(task, argv):
-        check_composed(cfg, num, multirun)
-
-
 # ---------------------------------------------------------------------------------------------------
 # The output directory.
 
@@ -538,12 +535,13 @@ def _preflight(task, argv, before_run=None) -> None:
     if configs and not prints:
         base, _, multirun = configs[0]
         check_launcher(base, multirun)
-        check_output_dir(output_root(base, multirun))
         if multirun:
             check_sweep_dir(base)
         for cfg, num, in_sweep in configs[1:] if multirun else configs:
             if before_run is not None:
                 _before_run(before_run, cfg, num, in_sweep)
+        # Last: its probe file is written only where the checks above let the run write.
+        check_output_dir(output_root(base, multirun))
 
 
 def check_sweep_dir(cfg) -> None:
