@@ -104,7 +104,8 @@ def test_quoted_run_dir_under_dp(tmp_path):
     target = tmp_path / "with space" / "run"
     proc = cli_in_process(*args, f"hydra.run.dir='{target}'", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert target.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["with space"]
+    # A dry run leaves no run directory; nothing named after a quote was made either.
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(shutil.which("sbatch") is not None, reason="Slurm is installed here")
@@ -201,7 +202,8 @@ def test_help_into_a_closed_pipe_exits_quietly():
         )
     finally:
         os.close(write)
-    assert proc.returncode == 141 and "Traceback" not in proc.stderr, proc.stderr
+    # Ended by SIGPIPE as `head` expects of a filter (a shell reports 141 = 128 + SIGPIPE), or exit 141.
+    assert proc.returncode in (141, -signal.SIGPIPE) and "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("group, use", [("model", "model=bad"), ("experiment", "+experiment=bad")])

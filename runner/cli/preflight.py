@@ -120,6 +120,36 @@ def at_run_time(cfg, job_num: int, multirun: bool):
         HydraConfig.instance().cfg = previous
 
 
+def _as_written(overrides) -> list:
+    """Override strings as the user typed them: `${...}` inside one is text, not resolved here."""
+    from omegaconf import OmegaConf
+
+    return list(OmegaConf.to_container(overrides, resolve=False)) if overrides is not None else []
+
+
+# The command line as typed, kept as text under hydra.*: a value like optim.lr=${x} is text there (Hydra
+# saves overrides.yaml unresolved), and the job's own value is checked under its own key.
+AS_TYPED = ("overrides", "job.override_dirname")
+
+
+def _resolved_except(node, as_typed, prefix: str = "") -> dict:
+    """node as plain containers, resolved, except the dotted paths in as_typed (kept as written)."""
+    from omegaconf import OmegaConf
+
+    out = {}
+    for key in node.keys():
+        path = f"{prefix}{key}"
+        if path in as_typed:
+            child = node._get_node(key)
+            out[key] = OmegaConf.to_container(child, resolve=False) if OmegaConf.is_config(child) else child._value()
+        elif any(t.startswith(path + ".") for t in as_typed):
+            out[key] = _resolved_except(node[key], as_typed, path + ".")
+        else:
+            child = node[key]
+            out[key] = OmegaConf.to_container(child, resolve=True) if OmegaConf.is_config(child) else child
+    return out
+
+
 def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = False) -> dict:
     """The composed config (a mapping with its `hydra` node) as plain dicts and lists with every
     interpolation resolved as Hydra will resolve it, or ConfigError: a value under `hydra` that cannot be
@@ -139,6 +169,9 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
         for key in cfg.keys():
             try:
                 node = cfg[key]
+                if key == "hydra":
+                    out[key] = _resolved_except(node, AS_TYPED)
+                    continue
                 out[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
             except OmegaConfBaseException as e:
                 if key == "hydra":
@@ -363,8 +396,8 @@ def compose_like_hydra(task, argv):
             configs = [(base, 0, True)]
             params = base.hydra.sweeper.get("params") or {}
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
-            arguments = [f"{k}={v}" for k, v in params.items()] + list(base.hydra.overrides.task)
-            prefix = list(base.hydra.overrides.hydra)
+            arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
+            prefix = _as_written(base.hydra.overrides.hydra)
             for num, job in enumerate(_job_overrides(parser, arguments)):
                 configs.append((hydra.compose_config(config_name, prefix + job, RunMode.RUN), num, True))
             return configs
@@ -535,7 +568,7 @@ def _before_run(before_run, cfg, num: int, in_sweep: bool) -> None:
         if OmegaConf.is_missing(cfg.hydra.runtime, "output_dir"):
             return  # a directory only the run can name (${now:...} in a sweep subdir): a new one
         out = str(cfg.hydra.runtime.output_dir)
-        overrides = list(cfg.hydra.overrides.task)
+        overrides = _as_written(cfg.hydra.overrides.task)
         task_cfg = copy.deepcopy(cfg)
         with read_write(task_cfg), open_dict(task_cfg):
             del task_cfg["hydra"]
