@@ -3,7 +3,7 @@
 import csv
 import signal
 
-from conftest import TINY, run_cli, start_cli, wait_for
+from conftest import TINY, run_in_process, start_cli, wait_for
 
 ARGS = [o for o in TINY if not o.startswith(("epochs=", "log_every="))] + ["epochs=2", "log_every=5"]
 
@@ -20,7 +20,7 @@ def test_a_second_run_is_refused_and_a_killed_run_leaves_no_lock(tmp_path):
     first = start_cli(run_dir, *ARGS)
     wait_for(first, lambda: len(_rows(run_dir / "loss_scale.csv")) >= 10)  # training, mid-epoch 1
 
-    second = run_cli(run_dir, *ARGS, check=False)
+    second = run_in_process(run_dir, *ARGS, check=False)
     assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-2000:]
     text = " ".join(second.stderr.split())
     assert f"pid {first.pid}" in text and "holds its lock" in text and "another hydra.run.dir" in text
@@ -32,5 +32,5 @@ def test_a_second_run_is_refused_and_a_killed_run_leaves_no_lock(tmp_path):
     assert len(_rows(run_dir / "loss_scale.csv")) >= 10 and len(_rows(run_dir / "metrics.csv")) >= 2
 
     # The kernel dropped the dead run's lock: the directory can be resumed (here from scratch, no checkpoint yet).
-    run_cli(run_dir, *ARGS, "resume=true")
+    run_in_process(run_dir, *ARGS, "resume=true")
     assert (run_dir / "metrics.json").exists()
