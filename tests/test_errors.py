@@ -141,11 +141,13 @@ def test_unwritable_output_dir_is_a_clear_error():
 
 
 def test_runs_started_together_get_their_own_directories(tmp_path):
-    # The default hydra.run.dir, from a scratch working directory: three runs in the same second.
+    # The default hydra.run.dir, from a scratch working directory: three runs in the same second. Each
+    # stops at its data (a dry run would leave no directory to count), after Hydra made its directory.
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    (tmp_path / "data" / "train").mkdir(parents=True)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "runner", "dry_run=true"],
+            [sys.executable, "-m", "runner", "data=imagefolder", f"data.root={tmp_path / 'data'}"],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
@@ -153,7 +155,7 @@ def test_runs_started_together_get_their_own_directories(tmp_path):
         )
         for _ in range(3)
     ]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    assert [p.wait(timeout=120) for p in procs] == [2, 2, 2]
     assert len(list((tmp_path / "outputs").glob("*/*"))) == 3
 
 
