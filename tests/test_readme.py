@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-# Numbers a run reproduces exactly on CPU (the runs are deterministic: tests/test_train.py pins a loss curve).
+# The numbers the README shows. A run is deterministic on one machine (tests/test_train.py pins a loss curve), but
+# the default convolutions are oneDNN's kernels for the CPU at hand (AVX2 here, AVX-512 elsewhere), whose float
+# summation order differs: over three epochs that moves an accuracy by a sample or two and a loss by a few percent.
 EXACT = re.compile(r"\b(val_acc|val_loss|train_loss|top1|top5|top-1 agreement) ([0-9.]+)|(\d+) images classified")
+ACCURACY = ("val_acc", "top1", "top5", "top-1 agreement")
 DIFF = re.compile(r"max \|diff\| ([0-9.e+-]+)")
 
 
@@ -52,6 +55,23 @@ def numbers(line: str) -> list:
     return [m.group(0) for m in EXACT.finditer(line)]
 
 
+def agree(shown: list, got: list) -> bool:
+    """The same numbers, up to what another CPU's kernels change: 2 of 359 samples, 10% of a loss; counts exact."""
+    if len(shown) != len(got):
+        return False
+    for a, b in zip(shown, got):
+        name, x = a.rsplit(" ", 1) if not a.endswith("classified") else (a, "")
+        name_b, y = b.rsplit(" ", 1) if not b.endswith("classified") else (b, "")
+        if name != name_b:
+            return False
+        if not x:
+            continue  # "N images classified": compared as a whole above
+        tolerance = 2 / 359 + 1e-9 if name in ACCURACY else 0.1 * abs(float(x))
+        if abs(float(x) - float(y)) > tolerance:
+            return False
+    return True
+
+
 def same_line(shown: str, out: list) -> str:
     """The output line the README line shows: the same log message, or the line with the same first word."""
     if shown.startswith("[") and "] - " in shown:
@@ -83,7 +103,8 @@ def test_using_a_trained_model_runs_as_written(tmp_path):
         assert proc.returncode == 0, f"{cmd}\n{out[-3000:]}"
         assert "Traceback" not in out, out[-3000:]
         for line in (line for line in shown if numbers(line)):
-            assert numbers(line) == numbers(same_line(line, out.splitlines())), (cmd, line)
+            got = same_line(line, out.splitlines())
+            assert agree(numbers(line), numbers(got)), (cmd, line, got)
         for value in (float(d) for line in out.splitlines() for d in DIFF.findall(line)):
             assert value <= 1e-4  # the parity the command checks
     predictions = next((tmp_path / "outputs" / "digits").glob("predict-*/predictions.csv")).read_text().splitlines()[1:]
