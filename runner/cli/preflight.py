@@ -124,7 +124,8 @@ def _as_written(overrides) -> list:
     """Override strings as the user typed them: `${...}` inside one is text, not resolved here."""
     from omegaconf import OmegaConf
 
-    return list(OmegaConf.to_container(overrides, resolve=False)) if overrides is not None else []
+    typed = OmegaConf.to_container(overrides, resolve=False) if overrides is not None else []
+    return [str(o) for o in typed] if isinstance(typed, list) else []
 
 
 # The command line as typed, kept as text under hydra.*: a value like optim.lr=${x} is text there (Hydra
@@ -165,7 +166,7 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
             for key in [k for k in cfg.keys() if k != "hydra" and OmegaConf.is_missing(cfg, k)]:
                 cfg[key] = f"<{key}>"  # a placeholder where the printing command lacks a value
     with at_run_time(cfg, job_num, multirun) as cfg:
-        out = {}
+        out: dict = {}
         for key in cfg.keys():
             try:
                 node = cfg[key]
