@@ -276,3 +276,13 @@ def test_evaluate_multirun_writes_into_the_run_not_the_working_directory(tmp_pat
     )
     assert proc.returncode == 2 and "needs hydra.sweep.dir=<new directory>" in " ".join(proc.stderr.split())
     assert not list((tmp_path / "cwd").iterdir())
+
+
+def test_evaluate_sweeps_several_runs_into_the_sweep_dir_it_is_given(tiny_run, tmp_path):
+    from conftest import cli_in_process
+
+    # Under -m hydra.run.dir (${run}/evaluate-<time>) is never used: pre-flight must not try to resolve it.
+    proc = cli_in_process("-m", f"run={tiny_run},{tiny_run}", f"hydra.sweep.dir={tmp_path}", app="runner.evaluate:cli")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["0", "1"]
+    assert all((tmp_path / n / "metrics.json").is_file() for n in ("0", "1"))

@@ -171,7 +171,9 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
             try:
                 node = cfg[key]
                 if key == "hydra":
-                    out[key] = _resolved_except(node, AS_TYPED)
+                    # A sweep writes under hydra.sweep, a single run under hydra.run: the other is never used,
+                    # and may name what only the other mode has (evaluate's ${run} in hydra.run.dir under -m).
+                    out[key] = _resolved_except(node, AS_TYPED + (("run",) if multirun else ("sweep",)))
                     continue
                 out[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
             except OmegaConfBaseException as e:
