@@ -73,7 +73,7 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
 def evaluate_run(run: str, out_dir: Optional[str] = None, **options: Any) -> "EvalMetrics":
     """Evaluate a checkpoint of a finished run, as `runner-evaluate run=<run> <options>`; return its metrics.
 
-    options: ckpt (final|last|best|a path), batch_size, amp, data={field: value}. out_dir: where
+    options: ckpt (final|last|best|a path), batch_size, use_amp, data={field: value}. out_dir: where
     metrics.json and confusion.png go (default <run>/evaluate-<time>, as the command's).
     """
     from runner.evaluate import EvaluateConfig, evaluate
@@ -87,7 +87,7 @@ def predict_run(run: str, input: str, out_dir: Optional[str] = None, **options: 
     """Classify image files with a run's network, as `runner-predict run=<run> input=<input>`; return the
     summary written as predict.json (predictions.csv holds one row per image).
 
-    options: topk, ckpt, batch_size, amp, show, data={field: value}.
+    options: topk, ckpt, batch_size, use_amp, show, data={field: value}.
     """
     from runner.predict import PredictConfig, predict
 

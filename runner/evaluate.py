@@ -29,8 +29,10 @@ class EvaluateConfig:
     run: str = MISSING  # the training run's directory (holds config.yaml)
     ckpt: str = "final"  # final (model.ckpt) | last | best (checkpoints/latest.json) | a .ckpt path
     batch_size: Optional[int] = None  # None: the run's batch_size
-    # true: at the AMP level the run validated with, so top-1 equals its val_accuracy; false: FP32 throughout
-    amp: bool = True
+    # true: at the AMP level the run validated with, so top-1 equals its val_accuracy; false: FP32 throughout.
+    # Not `amp`: that is the training config group in the same config package, so Hydra would read amp=false
+    # as a group choice.
+    use_amp: bool = True
     # strict: refuse data whose class names differ from the run's (classes.json); by_name: map the data's
     # labels to the network's outputs by name (the same classes in another order, or a subset of them)
     classes: str = "strict"
@@ -121,7 +123,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
         hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
         "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
     )
-    net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    net, level = saved_run.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
     if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
         labels = mapping[labels]

@@ -30,7 +30,7 @@ class PredictConfig:
     topk: int = 5  # labels and probabilities per image (at most the number of classes)
     ckpt: str = "final"  # final (model.ckpt) | last | best | a .ckpt path
     batch_size: Optional[int] = None  # None: the run's batch_size
-    amp: bool = True  # at the run's AMP level, as evaluate; false: FP32 throughout
+    use_amp: bool = True  # at the run's AMP level, as evaluate; false: FP32 throughout (not `amp`: a config group)
     show: int = 10  # rows of the table printed at the end (all rows are in predictions.csv)
     data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... if the training data moved
 
@@ -159,7 +159,7 @@ def predict(app, out_dir: str) -> dict:
         raise InputError(f"No readable image in input={shown(app.input)}: {names}{' ...' if len(bad) > 3 else ''}.")
     saved = saved_run.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
-    net, level = saved_run.inference_net(saved.net, cfg, app.amp, target, out_dir)
+    net, level = saved_run.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
     recorded = saved_run.recorded_classes(app.run)
     names = saved_run.class_names(data, saved_run.num_outputs(cfg, data, app.run), recorded)
     current = [str(n) for n in (getattr(data, "class_names", None) or [])]

@@ -286,3 +286,15 @@ def test_evaluate_sweeps_several_runs_into_the_sweep_dir_it_is_given(tiny_run, t
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["0", "1"]
     assert all((tmp_path / n / "metrics.json").is_file() for n in ("0", "1"))
+
+
+def test_evaluate_fp32_is_a_setting_of_its_own_on_the_command_line(tiny_run, tmp_path):
+    from conftest import cli_in_process
+
+    # `amp` is the training config group; evaluate's switch must not collide with it (amp=false was refused).
+    out = tmp_path / "fp32"
+    proc = cli_in_process(f"run={tiny_run}", "use_amp=false", f"hydra.run.dir={out}", app="runner.evaluate:cli")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert json.loads((out / "metrics.json").read_text())["amp_level_used"] == "O0"
