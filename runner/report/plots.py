@@ -29,10 +29,7 @@ def run_plot(series: dict, path: str, title: str, val_curve=None) -> str:
         ax.grid(alpha=0.3)
     axes[0, 0].set_title(title, fontsize=9)
     axes[-1, 0].set_xlabel("step (the first includes graph compilation)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _val_panel(ax, curve):
@@ -62,10 +59,7 @@ def sweep_chart(rows: list, path: str, title: str) -> str:
     b.barh(y, comp, color="tab:orange")
     b.set_xlabel("compile time (s)")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def confusion_plot(confusion: dict, path: str, title: str) -> str:
@@ -88,6 +82,11 @@ def confusion_plot(confusion: dict, path: str, title: str) -> str:
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _save(fig, path: str) -> str:
+    """Lay out, write and close a figure (every chart here is a file, never a window); its path."""
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
