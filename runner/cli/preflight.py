@@ -274,7 +274,8 @@ def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool
                 "a launcher's settings become lines of a job script (Slurm's #SBATCH header), so a line break "
                 "in one would add a command of its own.",
             )
-        if where in ("hydra.sweeper.storage", "hydra.launcher.submitit_folder") and value is not None:
+        # Only a sweep runs the sweeper and the launcher; a single run leaves hydra.sweep unresolved.
+        if multirun and where in ("hydra.sweeper.storage", "hydra.launcher.submitit_folder") and value is not None:
             _inside_sweep_dir(where, value, hydra)
         if (
             where == "hydra.output_subdir"
