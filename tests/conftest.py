@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -232,12 +233,32 @@ def tiny():
     return list(TINY)
 
 
+def built_once(tmp_path_factory, name, build) -> Path:
+    """A directory that build(directory) fills once per test session. Under pytest-xdist every worker
+    process has session fixtures of its own: the first to get here builds, the others wait for it and
+    reuse the result, so a shared run is trained once, not once per worker."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        where = tmp_path_factory.mktemp(name)
+        build(where)
+        return where
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp().parent  # this session's, shared by its workers
+    where, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            build(where)
+            done.touch()
+    return where
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """One run of the default configuration at TINY size, shared by the tests that only read it."""
-    run_dir = tmp_path_factory.mktemp("tiny_run")
-    run_cli(run_dir, *TINY)
-    return run_dir
+    return built_once(tmp_path_factory, "tiny_run", lambda run_dir: run_cli(run_dir, *TINY))
 
 
 # The second shared run: no validation, no checkpoint, a log line every 20 steps, and the user's own
@@ -249,9 +270,7 @@ EVAL_OFF_ISA = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
 @pytest.fixture(scope="session")
 def eval_off_run(tmp_path_factory):
     """One TINY run with EVAL_OFF under EVAL_OFF_ISA, shared by the tests that only read it."""
-    run_dir = tmp_path_factory.mktemp("eval_off_run")
-    run_cli(run_dir, *TINY, *EVAL_OFF, env=EVAL_OFF_ISA)
-    return run_dir
+    return built_once(tmp_path_factory, "eval_off_run", lambda d: run_cli(d, *TINY, *EVAL_OFF, env=EVAL_OFF_ISA))
 
 
 def compose_cfg(*overrides):
@@ -319,11 +338,12 @@ def folder_run_args(root, padding=("padding.height=8", "padding.width=8")):
 @pytest.fixture(scope="session")
 def folder_run(tmp_path_factory):
     """(run directory, data root): one trained tiny run shared by the lifecycle tests."""
-    base = tmp_path_factory.mktemp("lifecycle")
-    root = word_digit_folder(base / "digits")
-    run = base / "run"
-    run_cli(run, *folder_run_args(root))
-    return run, root
+
+    def build(base):
+        run_cli(base / "run", *folder_run_args(word_digit_folder(base / "digits")))
+
+    base = built_once(tmp_path_factory, "lifecycle", build)
+    return base / "run", base / "digits"
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ def _loss_and_bad_grads(mode, level, keep, only_to_float=False):
 
 @pytest.mark.cpu_only
 @pytest.mark.parametrize("level", ["O2", pytest.param("O3", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_keep_fp32_keeps_the_island_and_its_inputs_fp32(level):
     _, bad, _ = _loss_and_bad_grads("graph", level, [])
     assert "stem.0.weight" in bad
@@ -77,6 +78,7 @@ def test_keep_fp32_keeps_the_island_and_its_inputs_fp32(level):
 
 
 @pytest.mark.cpu_only
+@pytest.mark.slow
 def test_o1_writes_its_rewritten_source_into_the_run_dir_and_leaves_the_process_as_it_was(tmp_path, monkeypatch):
     import sys
 
@@ -151,6 +153,7 @@ def test_fault_stops_names_first_block_and_its_fix_trains_like_o0(tmp_path, tiny
     assert np.abs(o3 - o0).mean() < 0.1, np.abs(o3 - o0).mean()
 
 
+@pytest.mark.slow
 def test_trace_and_gradient_statistics(tmp_path, tiny):
     # A start scale of 2^24 overflows FP16 gradients until the dynamic scale has come down.
     run_in_process(tmp_path, "amp=o2", "amp.loss_scale.init=16777216", "diagnose=on", "diagnose.every=10", *tiny)

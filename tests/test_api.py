@@ -24,6 +24,7 @@ def readme_example() -> str:
 
 
 @pytest.mark.cpu_only
+@pytest.mark.slow
 def test_the_readme_example_runs_as_written_and_leaves_the_process_as_it_found_it(tmp_path, monkeypatch, capsys):
     from imagegen import digit_folder
 

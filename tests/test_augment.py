@@ -56,6 +56,7 @@ def test_every_option_trains_with_one_compile(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_mixup_cutmix_erasing_and_label_smoothing_train(tmp_path):
     run_in_process(tmp_path, *TINY, *ALL_RANDOM)
     m = metrics(tmp_path)
@@ -73,6 +74,7 @@ def test_mixup_cutmix_erasing_and_label_smoothing_train(tmp_path):
     assert np.dot(counts, m["val_per_class_accuracy"]) / counts.sum() == pytest.approx(m["val_accuracy"])
 
 
+@pytest.mark.slow
 def test_mirrorable_rgb_folder_flips_and_has_no_top5(tmp_path):
     from imagegen import digit_folder
 
@@ -150,6 +152,7 @@ def test_augmented_runs_repeat_from_the_seed_and_resume_exactly(tmp_path):
         (["augment.color_jitter_hue=0.1"], "does nothing to gray images (data.channels=1)"),
     ],
 )
+@pytest.mark.slow
 def test_conflicts_and_bad_values_are_refused(overrides, message):
     with pytest.raises(ConfigError) as err:
         validate(compose_cfg(*overrides))
@@ -229,6 +232,7 @@ def _through_pipeline(image, ops, n):
         {"color_jitter": 0.4},
     ],
 )
+@pytest.mark.slow
 def test_each_image_op_changes_images_and_keeps_their_shape(channels, changes):
     from runner.datasets.augment import sample_ops
 
@@ -316,6 +320,7 @@ def test_random_erasing_follows_its_seed():
     assert np.array_equal(RandomErasing(0.0, seed=3)(image), image)
 
 
+@pytest.mark.slow
 def test_label_smoothing_and_soft_labels_keep_the_loss_finite_and_exact():
     import mindspore as ms
 

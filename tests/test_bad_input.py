@@ -43,6 +43,7 @@ def test_bad_image_file_is_named(tmp_path, kind, words):
     clean_error(proc, victim, "data.on_bad_sample=skip", *words)
 
 
+@pytest.mark.slow
 def test_skip_leaves_out_and_lists_dangling_links_and_oversized_images(tmp_path):
     bad = bad_folder(tmp_path / "data", "dangling", "bomb")
     args = ["data=imagefolder", f"data.root={tmp_path / 'data'}", "data.on_bad_sample=skip", "batch_size=4", *TINY]

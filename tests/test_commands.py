@@ -45,6 +45,7 @@ def test_completion_offers_the_commands_own_fields(tmp_path):
     assert query.returncode == 0 and "batch_size=" in query.stdout.split(), query.stdout + query.stderr
 
 
+@pytest.mark.slow
 def test_deprecated_alias_completes_without_its_warning(tmp_path):
     proc = script("msrun-evaluate", "-sc", "install=bash", cwd=tmp_path)
     assert proc.returncode == 0 and "hydra_bash_completion msrun-evaluate" in proc.stdout
@@ -162,6 +163,7 @@ def test_train_help_has_one_line_per_group_and_the_commands_after_training(tmp_p
 
 
 @pytest.mark.parametrize("name", ["evaluate", "predict", "export"])
+@pytest.mark.slow
 def test_each_command_help_shows_its_own_usage(name, tmp_path):
     proc = script(f"runner-{name}", "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

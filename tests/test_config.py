@@ -18,6 +18,7 @@ ADDED = {"ladder"}  # groups outside the defaults list: composed with `+group=op
 
 
 @pytest.mark.parametrize("group,option", OPTIONS)
+@pytest.mark.slow
 def test_every_option_composes(group, option):
     extra = ["data.root=/tmp"] if group == "data" and option != "digits" and option != "synthetic" else []
     extra += ["+experiment=ladder"] if group == "ladder" else []  # the rungs read the ladder's batch sizes

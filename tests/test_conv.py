@@ -113,6 +113,7 @@ def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
 
 
 @needs_compiler
+@pytest.mark.slow
 def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monkeypatch):
     from runner.models import onednn
 
@@ -263,6 +264,7 @@ def test_explicit_choices_and_infeasible_shapes_do_not_time(pynative, tmp_path, 
         C.choose_path("fast", 4, 6, 3, 1, 1, 4)
 
 
+@pytest.mark.slow
 def test_the_default_run_says_which_path_each_convolution_took_and_why(tiny_run):
     from runner.models.onednn import isa_pays
 
@@ -377,6 +379,7 @@ def _run_with(path, tiny_run, tmp_path_factory):
 
 
 @pytest.mark.parametrize("path", ["native", pytest.param("onednn", marks=needs_compiler)])
+@pytest.mark.slow
 def test_native_and_onednn_train_to_the_same_pinned_numbers(path, tiny_run, tmp_path_factory):
     from test_train import PINNED_LOSS, PINNED_VAL
 
@@ -392,6 +395,7 @@ def test_native_and_onednn_train_to_the_same_pinned_numbers(path, tiny_run, tmp_
 
 
 @needs_compiler
+@pytest.mark.slow
 def test_an_onednn_run_exports_natively_and_evaluates_without_a_compiler(tiny_run, tmp_path_factory, tmp_path):
     run_dir = _run_with("onednn", tiny_run, tmp_path_factory)
     m = metrics(run_dir)

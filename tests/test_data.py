@@ -270,6 +270,7 @@ def test_empty_class_folder_is_named(tmp_path):
         build("data=imagefolder", f"data.root={tmp_path}", "data.on_bad_sample=skip")
 
 
+@pytest.mark.slow
 def test_skip_bad_samples_trains_and_reports_them(tmp_path, tiny):
     from conftest import metrics
 

@@ -52,6 +52,7 @@ def test_bad_config_is_one_clear_error(args, culprit):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_unavailable_device_is_a_clear_error():
     proc = cli("device=ascend", "epochs=1")
     assert proc.returncode == 2
@@ -140,6 +141,7 @@ def test_unwritable_output_dir_is_a_clear_error():
     assert "/proc/runner-outputs" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_runs_started_together_get_their_own_directories(tmp_path):
     # The default hydra.run.dir, from a scratch working directory: three runs in the same second. Each
     # stops at its data (a dry run would leave no directory to count), after Hydra made its directory.

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, run_cli, run_in_process
+from conftest import TINY, built_once, metrics, run_cli, run_in_process
 from imagegen import digit_folder
 
 
@@ -15,20 +15,19 @@ def _weights(path) -> dict:
 @pytest.fixture(scope="module")
 def folder5(tmp_path_factory):
     """A 5-class image folder of RGB/gray/RGBA digit renderings (data.channels=3 by default)."""
-    root = tmp_path_factory.mktemp("folder5")
-    digit_folder(root, [(8, 8), (12, 10)], per_class=24, classes=5, val_per_class=8, seed=3)
-    return root
+    return built_once(tmp_path_factory, "folder5", lambda root: digit_folder(
+        root, [(8, 8), (12, 10)], per_class=24, classes=5, val_per_class=8, seed=3))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory, tiny_run, folder5):
     """The 10-class digits run fine-tuned on the 5-class folder with stem and layer1 frozen."""
-    run_dir = tmp_path_factory.mktemp("finetuned")
-    run_in_process(run_dir, *TINY, "epochs=2", f"init_from={tiny_run}", "data=imagefolder", f"data.root={folder5}",
-            "optim.freeze=[stem, layer1]")  # fmt: skip
-    return run_dir
+    return built_once(tmp_path_factory, "finetuned", lambda run_dir: run_in_process(
+        run_dir, *TINY, "epochs=2", f"init_from={tiny_run}", "data=imagefolder", f"data.root={folder5}",
+        "optim.freeze=[stem, layer1]"))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_init_from_lowers_the_starting_loss(tmp_path, tiny_run):
     run_in_process(tmp_path, *TINY, f"init_from={tiny_run}")
     fresh, tuned = metrics(tiny_run), metrics(tmp_path)
@@ -37,6 +36,7 @@ def test_init_from_lowers_the_starting_loss(tmp_path, tiny_run):
     assert tuned["loss_curve"][0] < 0.25 * fresh["loss_curve"][0], (tuned["loss_curve"][0], fresh["loss_curve"][0])
 
 
+@pytest.mark.slow
 def test_new_head_and_adapted_stem_are_listed(finetuned, tiny_run):
     ft = metrics(finetuned)["fine_tune"]
     assert ft["reinitialised"] == ["head.weight", "head.bias"]  # 10 -> 5 classes
@@ -46,6 +46,7 @@ def test_new_head_and_adapted_stem_are_listed(finetuned, tiny_run):
     assert "freshly initialised (absent or of another shape): head.weight, head.bias" in log
 
 
+@pytest.mark.slow
 def test_frozen_cells_are_bit_identical_after_training(finetuned, tiny_run):
     before, after = _weights(tiny_run / "model.ckpt"), _weights(finetuned / "model.ckpt")
     frozen = [k for k in after if k.startswith(("stem.", "layer1."))]

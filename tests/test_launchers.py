@@ -16,6 +16,7 @@ def test_launcher_configs_compose(launcher):
     assert launcher.split("_")[0] in yaml.safe_load(proc.stdout)["hydra"]["launcher"]["_target_"].lower()
 
 
+@pytest.mark.slow
 def test_the_isolated_launcher_composes_from_any_directory_however_python_starts(tmp_path):
     # Hydra's plugin scan sees hydra_plugins/ only where it is on sys.path as a directory (the repository
     # root as the working directory of `python -m`); the launcher's config ships in runner.conf instead.
@@ -30,7 +31,7 @@ def test_the_isolated_launcher_composes_from_any_directory_however_python_starts
     # pytest started from tests/ (or as the `pytest` script): the repository root is not on sys.path.
     test = "test_config.py::test_every_option_composes[amp-auto]"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "", test],  # the test may be slow
         cwd=REPO / "tests",
         capture_output=True,
         text=True,
@@ -75,6 +76,7 @@ def optuna_sweep(tmp_path, *overrides):
     return proc, out, statuses
 
 
+@pytest.mark.slow
 def test_optuna_dry_run_validates_its_trials(tmp_path):
     proc, out, statuses = optuna_sweep(
         tmp_path, "hydra.sweeper.n_trials=2", "optim.lr=interval(0.02,0.2)", "dry_run=true"

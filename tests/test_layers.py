@@ -8,6 +8,7 @@ import ast
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -28,6 +29,7 @@ def test_lower_layers_import_nothing_from_the_runner():
     assert not offenders, offenders
 
 
+@pytest.mark.slow
 def test_a_notebook_builds_data_and_a_model_without_the_runner():
     code = (
         "import sys\n"

@@ -34,6 +34,7 @@ def top1_of(rows) -> float:
 # ---- evaluate ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_evaluate_reproduces_the_runs_val_accuracy(folder_run_evaluated):
     run, root, m = folder_run_evaluated
     assert m["top1"] == metrics(run)["val_accuracy"]
@@ -58,6 +59,7 @@ def test_the_run_records_its_class_names(folder_run):
     assert json.loads((run / "classes.json").read_text()) == {"names": sorted(DIGIT_WORDS), "num_classes": 10}
 
 
+@pytest.mark.slow
 def test_evaluate_a_resumable_checkpoint_by_path(folder_run_evaluated):
     run, root, final = folder_run_evaluated
     # The last resumable checkpoint holds the final weights (plus optimizer state, ignored here).
@@ -68,6 +70,7 @@ def test_evaluate_a_resumable_checkpoint_by_path(folder_run_evaluated):
     assert last["top1"] == final["top1"] and Path(last["checkpoint"]).parent.name == "checkpoints"
 
 
+@pytest.mark.slow
 def test_evaluate_on_other_data_with_the_runs_preprocessing(folder_run, tmp_path):
     run, _ = folder_run
     # Another folder with the same classes: evaluated with the run's preprocessing, on its own images.
@@ -144,6 +147,7 @@ def test_predict_many_sizes_with_every_padding(tmp_path, padding):
 
 
 @pytest.mark.parametrize("fmt,batch", [("mindir", 1), ("onnx", 4)])
+@pytest.mark.slow
 def test_export_matches_the_checkpoint(folder_run, fmt, batch):
     pytest.importorskip("onnxruntime") if fmt == "onnx" else None
     run, _ = folder_run

@@ -3,6 +3,7 @@
 import csv
 import signal
 
+import pytest
 from conftest import TINY, run_in_process, start_cli, wait_for
 
 ARGS = [o for o in TINY if not o.startswith(("epochs=", "log_every="))] + ["epochs=2", "log_every=5"]
@@ -15,6 +16,7 @@ def _rows(path):
         return []
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_and_a_killed_run_leaves_no_lock(tmp_path):
     run_dir = tmp_path / "run"
     first = start_cli(run_dir, *ARGS)

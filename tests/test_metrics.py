@@ -28,6 +28,7 @@ def test_flops_are_counted_from_layer_shapes():
 
 
 @pytest.mark.cpu_only
+@pytest.mark.slow
 def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -65,6 +66,7 @@ def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
     assert "curves.png" in acc.Tags()["images"]
 
 
+@pytest.mark.slow
 def test_csv_logger_is_the_default(eval_off_run):
     assert "log_every=20" in EVAL_OFF and not [o for o in EVAL_OFF if o.startswith("logger")]
     m = metrics(eval_off_run)
@@ -74,6 +76,7 @@ def test_csv_logger_is_the_default(eval_off_run):
     assert not (eval_off_run / "tensorboard").exists()
 
 
+@pytest.mark.slow
 def test_mlflow_and_tensorboard_at_once_beside_the_csv_and_a_profile(tmp_path, tiny, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -39,6 +39,7 @@ def test_warmup_ramps_linearly_then_the_schedule_starts():
     assert lrs[20:50] == pytest.approx([0.1] * 30) and lrs[50:80] == pytest.approx([0.05] * 30)
 
 
+@pytest.mark.slow
 def test_step_multistep_exponential_onecycle():
     step = rates("optim.schedule=step", "optim.step_epochs=2", "optim.gamma=0.1")
     assert step[19] == pytest.approx(0.1) and step[20] == pytest.approx(0.01) and step[40] == pytest.approx(0.001)
@@ -84,6 +85,7 @@ def test_optimizers_take_their_settings():
         ["optim=adam", "optim.schedule=step", "optim.step_epochs=0.5"],
     ],
 )
+@pytest.mark.slow
 def test_each_optimizer_trains_through_the_cli(tmp_path, overrides):
     run_in_process(tmp_path, *TINY, *overrides)
     m = metrics(tmp_path)
@@ -91,6 +93,7 @@ def test_each_optimizer_trains_through_the_cli(tmp_path, overrides):
     assert m["weight_decay"]["filter_bias_and_bn"] is ("optim.filter_bias_and_bn=false" not in overrides)
 
 
+@pytest.mark.slow
 def test_checkpoint_holds_the_schedule_not_a_rate_per_step(tmp_path):
     import mindspore as ms
 
@@ -124,6 +127,7 @@ def _conv_bn_dense():
 # One per code path that applies decay: the base Optimizer's (momentum; sgd and adam share it),
 # AdamWeightDecay's decoupled one, MindCV Lion's own.
 @pytest.mark.parametrize("name", ["momentum", "adamw", "lion"])
+@pytest.mark.slow
 def test_weight_decay_skips_biases_and_batchnorm_unless_told(name):
     import numpy as np
     from mindspore import ops

@@ -22,6 +22,7 @@ def test_rerun_from_saved_config_reproduces(tmp_path, tiny):
 
 
 @pytest.mark.parametrize("amp", ["o0", "o2"])
+@pytest.mark.slow
 def test_checkpoint_round_trip(tmp_path, tiny, amp):
     import mindspore as ms
     from mindspore import Model, nn

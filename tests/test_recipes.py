@@ -30,6 +30,7 @@ def test_the_recipes_are_shipped():
 
 
 @pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.slow
 def test_each_recipe_dry_runs(tmp_path, name):
     proc = dry_run(tmp_path / "run", f"+experiment={name}", *_needs(name, tmp_path))
     assert proc.returncode == 0 and "Configuration is valid" in proc.stdout, proc.stderr[-2000:]

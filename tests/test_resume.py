@@ -112,6 +112,7 @@ def test_keep_best_off_keeps_only_the_last(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step_00000030.ckpt"]
 
 
+@pytest.mark.slow
 def test_every_epochs_zero_saves_no_periodic_checkpoint(tmp_path):
     run_in_process(tmp_path, *TINY, "eval=false", "checkpoint.every_epochs=0")
     assert not (tmp_path / "checkpoints").exists() and (tmp_path / "model.ckpt").exists()

@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 import yaml
-from conftest import TINY, metrics, run_cli, run_in_process, start_cli, wait_for
+from conftest import TINY, built_once, metrics, run_cli, run_in_process, start_cli, wait_for
 
 SMALL = [o for o in TINY if not o.startswith(("epochs=", "log_every="))] + ["log_every=20"]
 FAULT = ["amp=o3", "data.input_scale=1e5", "diagnose.patience=3"]
@@ -17,9 +17,7 @@ FAULT = ["amp=o3", "data.input_scale=1e5", "diagnose.patience=3"]
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A finished 2-epoch run (88 steps, checkpoints at 44 and 88); tests copy it before changing it."""
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    run_in_process(run_dir, "epochs=2", *SMALL)
-    return run_dir
+    return built_once(tmp_path_factory, "finished", lambda d: run_in_process(d / "run", "epochs=2", *SMALL)) / "run"
 
 
 def _copy(finished, tmp_path):
@@ -42,6 +40,7 @@ def _all_finite(path):
     return all(np.isfinite(p.asnumpy()).all() for p in _ckpt(path).values() if p.asnumpy().dtype.kind == "f")
 
 
+@pytest.mark.slow
 def test_resume_true_on_a_finished_run_exits_0_and_leaves_it_alone(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
     before = (run_dir / "metrics.json").read_bytes(), (run_dir / "model.ckpt").read_bytes()
@@ -72,6 +71,7 @@ def test_resume_refuses_what_cannot_change_and_lists_it(finished, tmp_path):
     assert metrics(run_dir)["steps"] == 88 and not (run_dir / "checkpoints" / "step_00000132.ckpt").exists()
 
 
+@pytest.mark.slow
 def test_extending_a_finished_run_continues_every_record(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
     run_in_process(run_dir, "epochs=3", *SMALL, "resume=true")
@@ -154,6 +154,7 @@ def test_a_nan_stop_checkpoints_nothing_non_finite_and_the_fix_resumes(tmp_path)
     assert not m["nan_guard"]["tripped"] and np.isfinite(m["loss_curve"]).all() and m["val_accuracy"] > 0.8
 
 
+@pytest.mark.slow
 def test_a_truncated_latest_json_falls_back_to_the_newest_intact_checkpoint(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
     state = run_dir / "checkpoints" / "latest.json"
@@ -204,6 +205,7 @@ def test_sigterm_after_training_is_resumable_and_resume_only_reports(tmp_path):
     assert "already complete" in run_cli(run_dir, *args, "resume=true").stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_training_says_sigint_and_exits_130(tmp_path):
     # The signal that came is named, and the exit status is 128 + it (the README's 130 for Ctrl-C).
     run_dir = tmp_path / "run"

@@ -117,6 +117,7 @@ def test_hydras_record_stays_inside_the_run(tmp_path, subdir):
         preflight_of("runner.__main__", f"hydra.output_subdir={subdir}", f"hydra.run.dir={tmp_path / 'r'}")
 
 
+@pytest.mark.slow
 def test_sweepers_and_launchers_write_only_inside_the_sweep_directory(tmp_path):
     from runner.errors import ConfigError
 

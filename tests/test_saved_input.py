@@ -194,6 +194,7 @@ def _evaluate(run_dir, out_dir, **fields):
     return evaluate(app, str(out_dir)).to_dict()
 
 
+@pytest.mark.slow
 def test_classes_renamed_or_a_subset_are_refused_or_mapped_by_name(tmp_path):
     import shutil
 
@@ -278,6 +279,7 @@ def test_evaluate_multirun_writes_into_the_run_not_the_working_directory(tmp_pat
     assert not list((tmp_path / "cwd").iterdir())
 
 
+@pytest.mark.slow
 def test_evaluate_sweeps_several_runs_into_the_sweep_dir_it_is_given(tiny_run, tmp_path):
     from conftest import cli_in_process
 
@@ -288,6 +290,7 @@ def test_evaluate_sweeps_several_runs_into_the_sweep_dir_it_is_given(tiny_run, t
     assert all((tmp_path / n / "metrics.json").is_file() for n in ("0", "1"))
 
 
+@pytest.mark.slow
 def test_evaluate_fp32_is_a_setting_of_its_own_on_the_command_line(tiny_run, tmp_path):
     from conftest import cli_in_process
 

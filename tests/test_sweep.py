@@ -46,6 +46,7 @@ def test_the_basic_launcher_leaks_state_between_jobs(tmp_path, tiny):
     assert ab[0]["cpu_isa"]["value"] == "AVX2" and ab[1]["cpu_isa"]["set_by"] != "user"
 
 
+@pytest.mark.slow
 def test_a_failed_job_is_summarised_and_the_others_run(tmp_path, tiny):
     proc = run_in_process(
         tmp_path,

@@ -24,6 +24,7 @@ def test_one_epoch_loss_curve_is_pinned(tiny_run):
 
 
 @pytest.mark.parametrize("mode", ["pynative", "jit"])  # graph: the pinned test above
+@pytest.mark.slow
 def test_each_mode_trains(tmp_path, tiny, mode):
     run_in_process(tmp_path, f"mode={mode}", *tiny)
     m = metrics(tmp_path)
@@ -50,6 +51,7 @@ def test_amp_levels_with_each_loss_scale(tmp_path, tiny):
     assert seen == {(a, t) for a in ("O0", "O2", "O3") for t in ("none", "fixed", "dynamic")}
 
 
+@pytest.mark.slow
 def test_sink_on_trains_and_reports_what_ran(tmp_path, tiny):
     run_in_process(tmp_path, "sink=on", "sink.sink_size=8", *tiny)
     m = metrics(tmp_path)
@@ -72,6 +74,7 @@ def test_auto_amp_on_cpu_uses_o0(tiny_run):
     assert m["cpu_isa"] == ({"value": None, "set_by": None} if onednn else {"value": "AVX2", "set_by": "runner"})
 
 
+@pytest.mark.slow
 def test_user_isa_value_is_respected(eval_off_run):
     assert EVAL_OFF_ISA == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}  # what the shared run was started with
     assert metrics(eval_off_run)["cpu_isa"] == {"value": "AVX512_CORE", "set_by": "user"}
@@ -92,6 +95,7 @@ def test_default_configuration_reaches_98_percent(tmp_path):
     assert len(lines) == m["steps"] // 20 + 1
 
 
+@pytest.mark.slow
 def test_eval_off_and_no_checkpoint(eval_off_run):
     assert {"eval=false", "save_checkpoint=false"} <= set(EVAL_OFF)
     m = metrics(eval_off_run)

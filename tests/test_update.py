@@ -42,6 +42,7 @@ def _params(net):
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 @pytest.mark.parametrize("scale", ["none", "dynamic"])
+@pytest.mark.slow
 def test_clipped_update_has_the_clip_norm(mode, scale):
     net, _, step = _step_cell(mode, scale, clip_norm=0.01)
     before = _params(net)
@@ -52,6 +53,7 @@ def test_clipped_update_has_the_clip_norm(mode, scale):
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
 @pytest.mark.parametrize("scale", ["none", "dynamic"])
+@pytest.mark.slow
 def test_two_accumulated_halves_equal_one_full_batch(mode, scale):
     x, y = _batch(8)
     net1, opt1, full = _step_cell(mode, scale, momentum=0.9)
@@ -68,6 +70,7 @@ def test_two_accumulated_halves_equal_one_full_batch(mode, scale):
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
+@pytest.mark.slow
 def test_ema_follows_the_weights_after_each_update(mode):
     from runner.amp.train_step import ema_decay_at
 
@@ -165,6 +168,7 @@ def test_accumulate_steps_through_the_cli(tmp_path):
     assert abs(m["val_accuracy"] - big["val_accuracy"]) < 0.1 and m["val_accuracy"] > 0.8
 
 
+@pytest.mark.slow
 def test_ema_is_what_is_evaluated_and_saved(tmp_path, tiny_run):
     # 0.99 over TINY's 44 updates: without the decay's ramp the initial weights kept 64% of the average
     # (0.99**44) and its accuracy fell far below the plain run's.

@@ -8,6 +8,7 @@ import pytest
 from conftest import TINY, metrics, module_in_process, outputs_of, run_cli, run_in_process
 
 
+@pytest.mark.slow
 def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
     run_in_process(tmp_path, *TINY, "epochs=3", "validation.every_epochs=2", "checkpoint.top_k=2")
     m = metrics(tmp_path)
@@ -54,6 +55,7 @@ def _expected_stop(values, patience, min_delta, higher_better=True):
     return None
 
 
+@pytest.mark.slow
 def test_early_stop_stops_on_a_plateau_and_keeps_the_best(tmp_path):
     # A learning rate of 1e-7 leaves validation flat: accuracy cannot gain 2 points.
     run_in_process(
@@ -105,6 +107,7 @@ def test_early_stop_with_ema_keeps_and_restores_the_best_average(tmp_path):
     assert record["ema"] and all(np.array_equal(p.asnumpy(), final[p.name].asnumpy()) for p in net.get_parameters())
 
 
+@pytest.mark.slow
 def test_early_stop_on_train_loss_without_validation(tmp_path):
     run_in_process(tmp_path, *TINY, "epochs=6", "eval=false", "optim.lr=1e-7", "early_stop.patience=1",
             "early_stop.min_delta=1.0")  # fmt: skip

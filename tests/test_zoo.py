@@ -50,6 +50,7 @@ def test_an_architecture_that_shrinks_a_small_input_to_nothing_is_refused_with_t
     build_model(cfg.model, 10, 1, 35)  # and that size builds
 
 
+@pytest.mark.slow
 def test_pretrained_checkpoint_adapts_head_and_input_channels(tmp_path):
     import mindcv
     import mindspore as ms
