@@ -23,7 +23,7 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,16 @@ class OptunaSweeper(Sweeper):
         # Optuna's own coloured "A new study created" line: the plugin logs the study's name itself.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.plugin = Plugin(**params)
+        directions = params.get("direction")
+        directions = (
+            directions if isinstance(directions, (list, tuple)) or OmegaConf.is_list(directions) else [directions]
+        )
+        if any("minimize" in str(d).lower() for d in directions):
+            # The plugin's own default: with the runner's jobs it would search for the worst accuracy.
+            log.warning(
+                "This Optuna search minimises what each run returns, its val_accuracy: it looks for the worst "
+                "settings. hydra/sweeper=optuna_accuracy (or hydra.sweeper.direction=maximize) maximises it."
+            )
         self.config: Optional[DictConfig] = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -111,3 +121,21 @@ class OptunaSweeper(Sweeper):
                 f"dry_run=true: {trials.validated} of {impl.n_trials} Optuna trials validated; nothing was searched."
             )
         return None
+
+
+def route_plugin_config() -> None:
+    """Point the plugin's own `hydra/sweeper=optuna` at this sweeper, so a dry run and a failed job behave
+    there as under optuna_accuracy (the plugin's class ends a dry run with "No trials are completed yet").
+    Its parameters and their defaults stay the plugin's; without the `launchers` extra there is nothing to do."""
+    try:
+        from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf
+    except ImportError:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(
+        group="hydra/sweeper",
+        name="optuna",
+        node=OptunaSweeperConf(_target_=f"{__name__}.OptunaSweeper"),
+        provider="optuna_sweeper",
+    )

@@ -73,6 +73,7 @@ def entry_point(task, *checks, before_run=None):
         # install maps packages with an import hook instead, so the launcher is registered by hand.
         Plugins.instance().register(isolated_launcher.IsolatedLauncher)
         Plugins.instance().register(optuna_sweeper.OptunaSweeper)
+        optuna_sweeper.route_plugin_config()
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
         # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
         # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
