@@ -6,6 +6,7 @@ import os
 import platform
 import resource
 from importlib import metadata
+from typing import Sequence
 
 from omegaconf import OmegaConf
 
@@ -155,12 +156,15 @@ def watch_warnings() -> None:
         runner_log.addHandler(_warnings)
 
 
-def warnings_recap() -> str:
-    """The run's warnings again, under the summary line ("" when there were none)."""
-    if not _warnings.messages:
+def warnings_recap(more: Sequence[str] = ()) -> str:
+    """The run's warnings again, under the summary line ("" when there were none); `more` adds those
+    recorded elsewhere (a data-parallel run's ranks)."""
+    messages = [*_warnings.messages, *more]
+    if not messages:
         return ""
-    lines = [f"- {' '.join(m.split())}" for m in dict.fromkeys(_warnings.messages)]
-    return f"\n{len(lines)} warning{'s' if len(lines) > 1 else ''} during the run (also in runner.log):\n" + "\n".join(
+    lines = [f"- {' '.join(m.split())}" for m in dict.fromkeys(messages)]
+    where = "runner.log and rank_logs/" if more else "runner.log"
+    return f"\n{len(lines)} warning{'s' if len(lines) > 1 else ''} during the run (also in {where}):\n" + "\n".join(
         lines
     )
 

@@ -25,7 +25,7 @@ from typing import Optional
 
 from runner.errors import ConfigError, UserError
 from runner.report.metrics import RunMetrics
-from runner.report.outputs import summary_line, write_config
+from runner.report.outputs import summary_line, warnings_recap, write_config
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import RANK_LOGS, RunDir
 
@@ -117,8 +117,10 @@ def launch(cfg, run_dir: str):
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     log.info("data parallel: %d ranks (%d here) via msrun, port %d; rank logs in %s", d.workers, local, port, RANK_LOGS)
-    stop = threading.Event()
-    follower = threading.Thread(target=follow_ranks, args=(RunDir(run_dir).rank_logs, stop), daemon=True)
+    stop, rank_warnings = threading.Event(), []
+    follower = threading.Thread(
+        target=follow_ranks, args=(RunDir(run_dir).rank_logs, stop), kwargs={"warnings": rank_warnings}, daemon=True
+    )
     follower.start()
     try:
         proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
@@ -137,13 +139,14 @@ def launch(cfg, run_dir: str):
     if d.node_rank != 0:
         return None  # node 0 holds the outputs
     metrics = RunMetrics.read(metrics_path)
-    print(summary_line(metrics), flush=True)
+    print(summary_line(metrics) + warnings_recap(rank_warnings), flush=True)
     return metrics
 
 
-def follow_ranks(log_dir: str, stop: threading.Event, poll_s: float = 0.5) -> None:
+def follow_ranks(log_dir: str, stop: threading.Event, poll_s: float = 0.5, warnings: Optional[list] = None) -> None:
     """While the ranks run, print rank 0's runner log records (its progress) and every other rank's
-    runner warnings and errors from their rank_logs/worker_<i>.log, until stop is set (then once more)."""
+    runner warnings and errors from their rank_logs/worker_<i>.log, until stop is set (then once more).
+    Every rank's runner warnings and errors are also appended to `warnings` (for the summary's recap)."""
     offsets: dict = {}
     while True:
         done = stop.is_set()
@@ -161,10 +164,14 @@ def follow_ranks(log_dir: str, stop: threading.Event, poll_s: float = 0.5) -> No
             for line in complete.decode(errors="replace").splitlines():
                 if "][runner][" not in line and not line.startswith("Error: "):
                     continue  # MindSpore's own lines stay in the rank's log
+                warning = line.startswith("Error: ") or "][WARNING]" in line or "][ERROR]" in line
                 if rank == 0:
                     print(line, flush=True)
-                elif line.startswith("Error: ") or "][WARNING]" in line or "][ERROR]" in line:
+                elif warning:
                     print(f"rank {rank}: {line}", flush=True)
+                if warning and warnings is not None:
+                    message = line.split("] - ", 1)[-1]
+                    warnings.append(message if rank == 0 else f"rank {rank}: {message}")
         if done:
             return
         stop.wait(poll_s)
