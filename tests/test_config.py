@@ -91,6 +91,15 @@ def test_cfg_job_prints_the_composed_config():
     assert cfg.amp.level == "O2" and cfg.mode.name == "pynative"
 
 
+def test_cfg_hydra_resolve_prints_the_hydra_node_as_the_run_sees_it():
+    # Hydra resolves the hydra node without the rest of the config: ${experiment_name} was its traceback.
+    proc = cli_in_process("--cfg", "hydra", "--resolve", "experiment_name=lr_test")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    hydra = OmegaConf.create(proc.stdout).hydra
+    assert hydra.run.dir.startswith("outputs/") and hydra.run.dir.endswith("_lr_test"), hydra.run.dir
+    assert "${" not in hydra.run.dir and hydra.job.name == "runner"
+
+
 def test_one_walk_over_a_config_tree():
     from runner.config.tree import flat, walk
 

@@ -536,6 +536,14 @@ def _preflight(task, argv, before_run=None) -> None:
     prints = bool(args.cfg or args.help or args.hydra_help or args.info or args.shell_completion)
     for cfg, num, multirun in configs:
         check_composed(cfg, num, multirun, prints)
+    if args.cfg == "hydra" and args.resolve and configs:
+        # Hydra resolves the `hydra` node cut from the rest of the config, so ${experiment_name} in
+        # hydra.run.dir ends in its traceback: print it resolved as the run will see it, instead.
+        from omegaconf import OmegaConf
+
+        cfg, num, multirun = configs[0]
+        print(OmegaConf.to_yaml({"hydra": resolved(cfg, num, multirun, printing=True)["hydra"]}), end="")
+        raise SystemExit(0)
     if configs and not prints:
         base, _, multirun = configs[0]
         check_launcher(base, multirun)
