@@ -157,3 +157,70 @@ def test_every_training_command_in_the_readme_runs_as_a_dry_run(tmp_path):
         assert proc.returncode == 0 and "Traceback" not in out, f"{full}\n{out[-3000:]}"
         ran.append(cmd)
     assert len(ran) >= 15, ran
+
+
+NUMBER = re.compile(r"\d+\.\d+(?:e[+-]?\d+)?|\d+(?:e[+-]?\d+)?")
+
+
+def same_text(shown: str, got: str) -> bool:
+    """The same words and the same numbers: integers (steps, scales, counts) exactly, decimals up to what
+    another CPU's kernels change (10%)."""
+    if NUMBER.sub("#", shown) != NUMBER.sub("#", got):
+        return False
+    for a, b in zip(NUMBER.findall(shown), NUMBER.findall(got)):
+        if a != b and ("." not in a or abs(float(a) - float(b)) > 0.1 * abs(float(a))):
+            return False
+    return True
+
+
+@pytest.mark.slow
+def test_when_the_loss_becomes_nan_runs_as_written(tmp_path):
+    import json
+
+    steps = commands(section("When the loss becomes NaN"))
+    assert len(steps) == 4, [c for c, _ in steps]
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+
+    def run(cmd):
+        proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+        return proc
+
+    (stop, stop_shown), (trace, trace_shown), (fixed, fixed_shown), (o0, o0_shown) = steps
+    proc = run(stop)
+    assert proc.returncode == 2, proc.stderr[-3000:]  # stopped, diagnosed: a user error
+    out = (proc.stdout + proc.stderr).splitlines()
+    for line in (line for line in stop_shown if line.startswith("[runner]")):
+        message = line.split("] - ", 1)[1]
+        got = [o.split("] - ", 1)[1] for o in out if "] - " in o and o.split("] - ", 1)[1][:12] == message[:12]]
+        assert got and same_text(message, got[-1]), (line, got)
+    # The error paragraph up to the paths (which are this machine's).
+    paragraph = " ".join(stop_shown[stop_shown.index(next(s for s in stop_shown if s.startswith("Error:"))) :])
+    both = proc.stdout + proc.stderr
+    error = " ".join(both[both.index("Error:") :].split())
+    cut = "are in"
+    assert same_text(paragraph.split(cut)[0].strip(), error.split(cut)[0].strip()), (paragraph, error)
+
+    proc = run(trace)
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == len(trace_shown) == 5
+    for shown, got in zip(trace_shown, proc.stdout.splitlines()):
+        assert same_text(shown, got), (shown, got)
+
+    for cmd, shown in ((fixed, fixed_shown), (o0, o0_shown)):
+        proc = run(cmd)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = same_line(shown[0], proc.stdout.splitlines())
+        assert agree(numbers(shown[0]), numbers(got)), (shown[0], got)
+        assert shown[0].split(" | ")[-2] == got.split(" | ")[-2]  # graph O2 on CPU / graph O0 on CPU
+        if cmd == fixed:
+            run_dir = Path(got.rsplit("outputs: ", 1)[1])
+            scale = json.loads((run_dir / "metrics.json").read_text())["loss_scale"]
+            assert (scale["initial"], scale["min"], scale["skipped_steps"]) == (1024, 1024, 0)  # as the prose says
+
+    # "Under O3 ... the diagnosis needs two rounds and suggests amp.keep_fp32=[stem.0,stem.1]"
+    proc = run(stop.replace("amp=o2", "amp=o3").replace("nan-demo", "nan-demo-o3"))
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "re-run with 'amp.keep_fp32=[stem.0,stem.1]'" in " ".join(both.split())
+    rounds = [line for line in both.splitlines() if "went non-finite first; trying again" in line]
+    assert len(rounds) == 2, both[-3000:]
