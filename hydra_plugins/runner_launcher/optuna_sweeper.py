@@ -80,10 +80,8 @@ class OptunaSweeper(Sweeper):
         # Optuna's own coloured "A new study created" line: the plugin logs the study's name itself.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.plugin = Plugin(**params)
-        directions = params.get("direction")
-        directions = (
-            directions if isinstance(directions, (list, tuple)) or OmegaConf.is_list(directions) else [directions]
-        )
+        direction: Any = params.get("direction")
+        directions = list(direction) if OmegaConf.is_list(direction) or isinstance(direction, list) else [direction]
         if any("minimize" in str(d).lower() for d in directions):
             # The plugin's own default: with the runner's jobs it would search for the worst accuracy.
             log.warning(
