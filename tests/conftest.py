@@ -291,6 +291,12 @@ def batches(dataset):
     return list(dataset.create_tuple_iterator(output_numpy=True))
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: the CPUs this process may use (psutil's count, xdist's default, sees the host's cores
+    inside a container), at most 8: each worker holds a MindSpore of its own (~0.7 GB)."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
+
+
 def pytest_collection_modifyitems(config, items):
     """cpu_only tests assert what MindSpore does on a CPU; elsewhere they are skipped."""
     if os.environ.get("RUNNER_TEST_DEVICE", "cpu") == "cpu":
