@@ -23,10 +23,10 @@ test: $(STAMP)
 	$(PY) -m pytest -n auto
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow
+	$(PY) -m pytest -m slow -n auto
 
 test-all: $(STAMP)
-	$(PY) -m pytest -m ''
+	$(PY) -m pytest -m '' -n auto
 
 # .pre-commit-config.yaml runs the same three commands.
 lint: $(STAMP)
