@@ -497,7 +497,8 @@ def preflight(task, argv, before_run=None) -> None:
     anywhere in the composed config, the launcher, the output directory, then the command's own
     `before_run(job config, output dir, task overrides, in a sweep)` for the run or each job of a sweep
     (with HydraConfig set as in the job): every check that can refuse runs before Hydra writes `.hydra/`.
-    Raises ConfigError (or another of the user's errors).
+    Raises ConfigError (or another of the user's errors). `--cfg hydra --resolve` is answered here, after the
+    checks (SystemExit 0): Hydra's own answer fails on any interpolation into the rest of the config.
 
     The check composes the way Hydra 1.3 does, through its internals (@hydra.main's closure, hydra._internal).
     If that machinery fails in a way that is not Hydra's own report of a bad configuration (another Hydra
