@@ -51,6 +51,14 @@ def commands(text: str) -> list:
     return [(c, out) for c, out in found if not c.startswith("pip ")]
 
 
+def reader_env() -> dict:
+    """The environment a README reader's shell has: `python` is the venv's, as the README says, and no
+    ONEDNN_MAX_CPU_ISA of the tests' own."""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return env
+
+
 def numbers(line: str) -> list:
     return [m.group(0) for m in EXACT.finditer(line)]
 
@@ -93,10 +101,7 @@ def test_using_a_trained_model_runs_as_written(tmp_path):
         "runner.predict",
         "runner.export",
     ]
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
-    env["PATH"] = (
-        f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `python` is the venv's, as the README says
-    )
+    env = reader_env()
     for cmd, shown in steps:
         proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
         out = proc.stdout + proc.stderr
@@ -144,8 +149,7 @@ def test_every_training_command_in_the_readme_runs_as_a_dry_run(tmp_path):
     from test_commands import readme_files
 
     readme_files(tmp_path)  # the README's example config files, for the commands that use them
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env = reader_env()
     ran = []
     for cmd in training_commands():
         if NEEDS_ELSEWHERE.search(cmd) or cmd.count("python -m runner") > 1:  # (two nodes' commands side by side)
@@ -179,8 +183,7 @@ def test_when_the_loss_becomes_nan_runs_as_written(tmp_path):
 
     steps = commands(section("When the loss becomes NaN"))
     assert len(steps) == 4, [c for c, _ in steps]
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env = reader_env()
 
     def run(cmd):
         proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
