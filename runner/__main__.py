@@ -65,8 +65,9 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
     (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir)."""
     if not in_sweep:
         from runner.config.checks import check_loggers, check_tools, validate
+        from runner.rundir.saved_run import init_from_problems
 
-        validate(cfg)  # as runner.api.train does first
+        validate(cfg, init_from_problems)  # as runner.api.train does first
         check_tools(cfg)
         check_loggers(cfg)
     check_run_dir(cfg, run_dir, overrides, in_sweep)

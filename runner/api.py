@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from runner.errors import ConfigError, Interrupted
+from runner.errors import ConfigError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -47,8 +47,9 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     complete already. Raises runner.errors.Interrupted when SIGINT/SIGTERM stopped the run.
     """
     from runner.config.checks import check_loggers, check_tools, validate
+    from runner.rundir.saved_run import init_from_problems
 
-    validate(cfg)
+    validate(cfg, init_from_problems)
     check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
     check_loggers(cfg)
     if cfg.dry_run:
@@ -62,10 +63,6 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     with _run_scope(run_dir, "runner"):
         try:
             return run(cfg, run_dir, list(overrides))
-        except SystemExit as e:  # the recipe's way to end an interrupted run on the command line
-            if isinstance(e.code, int) and e.code > 128:
-                raise Interrupted(e.code - 128, os.path.abspath(run_dir)) from None
-            raise
         finally:
             lock.release(run_dir)
 
@@ -130,7 +127,7 @@ def _run_scope(out_dir: str, log_name: str) -> Iterator[None]:
     nothing else prints them), and ONEDNN_MAX_CPU_ISA restored afterwards."""
     from hydra.core.hydra_config import HydraConfig
 
-    from runner.training.environment import ISA_VAR
+    from runner.config.isa import ISA_VAR
 
     isa = os.environ.get(ISA_VAR)
     root = logging.getLogger()

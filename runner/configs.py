@@ -12,14 +12,12 @@ built-in one (Hydra finds the packaged groups first), so the default name is my_
 `python -m runner.configs ...` is the same command.
 """
 
-import argparse
 import os
 import shutil
-import sys
 from importlib import resources
 from typing import Dict, List, Optional
 
-from runner.errors import ConfigError, print_user_error
+from runner.errors import ConfigError
 
 # Groups that only other configs select (the rungs of experiment=ladder): not for a command line.
 INTERNAL = ("ladder",)
@@ -127,33 +125,7 @@ def usage_after_copy(name: str, target: str) -> str:
     return f"Edit it, then: runner-train --config-dir {root} {plus}{group}={option}"
 
 
-def main(argv=None) -> int:
-    """The command: ls or cp; 2 (one paragraph) on a mistake."""
-    parser = argparse.ArgumentParser(
-        prog="runner-configs", description="List the runner's built-in configs, or copy one to edit."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("ls", help="list the config groups and their options")
-    cp = sub.add_parser("cp", help="copy <group>/<option> (or a command's config) into a local directory")
-    cp.add_argument("name", help="<group>/<option>, e.g. optim/sgd or experiment/quick; or config, evaluate, ...")
-    cp.add_argument("dest", nargs="?", help="a directory (default ./conf; the group's folder is added) or a .yaml path")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "ls":
-            print(listing())
-        else:
-            target = copy(args.name, args.dest)
-            print(f"Copied {args.name} to {target}. {usage_after_copy(args.name, target)}")
-    except ConfigError as e:
-        print_user_error(e)
-        return 2
-    return 0
+if __name__ == "__main__":  # `python -m runner.configs`: the console script's entry point (runner/cli/commands.py)
+    from runner.cli.commands import configs
 
-
-def cli() -> None:
-    """Console entry point of runner-configs."""
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    cli()
+    configs()

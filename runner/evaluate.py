@@ -11,15 +11,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, OmegaConf
 
-from runner.cli.app import entry_point
 from runner.errors import ConfigError
-from runner.rundir.saved_run import DataOverrides, check_run_argument, own_new_dir, reported_errors
+from runner.rundir.saved_run import DataOverrides
 
 log = logging.getLogger("runner")
 
@@ -101,6 +98,7 @@ def _cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def evaluate(app, out_dir: str) -> EvalMetrics:
     """Evaluate a checkpoint of app.run on its validation data; write the metrics into out_dir and return them."""
+    from runner import saved_model
     from runner.report.accuracy import scores
     from runner.report.outputs import versions
     from runner.report.plots import confusion_plot
@@ -113,7 +111,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     if str(app.classes) not in ("strict", "by_name"):
         raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
     recorded = saved_run.recorded_classes(app.run)
-    saved = saved_run.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
+    saved = saved_model.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
     mapping = saved_run.match_classes(
         recorded,
@@ -123,7 +121,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
         hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
         "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
     )
-    net, level = saved_run.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
+    net, level = saved_model.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
     logits, labels, loss, batch_mean = run_network(net, data.val)
     if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
         labels = mapping[labels]
@@ -167,13 +165,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="evaluate")
-def main(app) -> float:
-    with reported_errors():
-        return evaluate(app, HydraConfig.get().runtime.output_dir).top1
+if __name__ == "__main__":  # `python -m runner.evaluate`: the console script's entry point (runner/cli/commands.py)
+    from runner.cli.commands import evaluate
 
-
-cli = entry_point(main, lambda argv: check_run_argument(argv, "evaluate"), before_run=own_new_dir("evaluate"))
-
-if __name__ == "__main__":
-    cli()
+    evaluate()

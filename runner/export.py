@@ -12,16 +12,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
-from runner.cli.app import entry_point
 from runner.datasets.settings import Choice
 from runner.errors import ConfigError, UserError
-from runner.rundir.saved_run import DataOverrides, check_run_argument, own_new_dir, reported_errors
+from runner.rundir.saved_run import DataOverrides
 
 log = logging.getLogger("runner")
 
@@ -178,6 +175,7 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
 
 def export(app, out_dir: str) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
+    from runner import saved_model
     from runner.report.outputs import versions
     from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
@@ -192,7 +190,7 @@ def export(app, out_dir: str) -> dict:
     # The file holds MindSpore's own Conv2D whatever model.conv trained: onednn's AOT operator is a path to
     # a library on this machine and gemm's im2col matrices are large constants. Parameters are the same.
     cfg.model.conv = "native"
-    saved = saved_run.open_run(app.run, app.ckpt, cfg)
+    saved = saved_model.open_run(app.run, app.ckpt, cfg)
     target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
     import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded
 
@@ -271,13 +269,7 @@ def _format_versions(fmt: str) -> dict:
     return {p: metadata.version(p) for _, p in NEEDS[fmt]}
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="export")
-def main(app) -> None:
-    with reported_errors():
-        export(app, HydraConfig.get().runtime.output_dir)
+if __name__ == "__main__":  # `python -m runner.export`: the console script's entry point (runner/cli/commands.py)
+    from runner.cli.commands import export
 
-
-cli = entry_point(main, lambda argv: check_run_argument(argv, "export"), before_run=own_new_dir("export"))
-
-if __name__ == "__main__":
-    cli()
+    export()

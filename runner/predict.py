@@ -10,15 +10,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING
 
-from runner.cli.app import entry_point
 from runner.errors import ConfigError, InputError
-from runner.rundir.saved_run import DataOverrides, check_run_argument, own_new_dir, reported_errors
+from runner.rundir.saved_run import DataOverrides
 
 log = logging.getLogger("runner")
 
@@ -133,6 +130,7 @@ def predict(app, out_dir: str) -> dict:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from runner import saved_model
     from runner.rundir import saved_run
     from runner.rundir.atomic import write_json
 
@@ -141,7 +139,7 @@ def predict(app, out_dir: str) -> dict:
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
     cfg = saved_run.load_config(app.run, app.data)
-    saved_run.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
+    saved_model.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
     paths, odd = find_images(app.input)  # before anything heavy: a wrong input= fails at once
     batch_size = app.batch_size or cfg.batch_size
     console = Console(stderr=True)
@@ -157,9 +155,9 @@ def predict(app, out_dir: str) -> dict:
     if not good:
         names = ", ".join(f"{shown(p)} ({r})" for p, r in bad[:3])
         raise InputError(f"No readable image in input={shown(app.input)}: {names}{' ...' if len(bad) > 3 else ''}.")
-    saved = saved_run.open_run(app.run, app.ckpt, cfg, batch_size)
+    saved = saved_model.open_run(app.run, app.ckpt, cfg, batch_size)
     target, data, ckpt = saved.target, saved.data, saved.checkpoint
-    net, level = saved_run.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
+    net, level = saved_model.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
     recorded = saved_run.recorded_classes(app.run)
     names = saved_run.class_names(data, saved_run.num_outputs(cfg, data, app.run), recorded)
     current = [str(n) for n in (getattr(data, "class_names", None) or [])]
@@ -230,13 +228,7 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
         print(f"... {len(paths) - app.show} more in predictions.csv")
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
-def main(app) -> None:
-    with reported_errors():
-        predict(app, HydraConfig.get().runtime.output_dir)
+if __name__ == "__main__":  # `python -m runner.predict`: the console script's entry point (runner/cli/commands.py)
+    from runner.cli.commands import predict
 
-
-cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"), before_run=own_new_dir("predict"))
-
-if __name__ == "__main__":
-    cli()
+    predict()

@@ -208,8 +208,8 @@ def run_module(module, *args, check=True, timeout=600, env=None):
 
 def module_in_process(module, *args, check=True):
     """run_module's twin through cli_in_process: runner.evaluate, runner.predict, runner.export without a new
-    interpreter (their `cli`, the console scripts' function)."""
-    proc = cli_in_process(*args, app=f"{module}:cli")
+    interpreter (their console scripts' function in runner/cli/commands.py)."""
+    proc = cli_in_process(*args, app=f"runner.cli.commands:{module.rsplit('.', 1)[1]}")
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(proc.args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

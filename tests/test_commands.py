@@ -74,7 +74,7 @@ def test_the_run_argument_is_still_required_for_running(tmp_path):
 
 
 def test_configs_ls_lists_every_group_a_user_selects(capsys):
-    from runner.configs import main
+    from runner.cli.commands import configs_main as main
 
     assert main(["ls"]) == 0
     out = capsys.readouterr().out
@@ -85,7 +85,7 @@ def test_configs_ls_lists_every_group_a_user_selects(capsys):
 
 
 def test_configs_cp_copies_an_experiment_that_the_runner_then_uses(tmp_path, monkeypatch, capsys):
-    from runner.configs import main
+    from runner.cli.commands import configs_main as main
 
     monkeypatch.chdir(tmp_path)
     assert main(["cp", "experiment/quick"]) == 0

@@ -73,7 +73,7 @@ def test_console_scripts_and_their_deprecated_aliases():
     for old, (new, target) in aliases.RENAMED.items():
         assert scripts[new] == target
         assert scripts[old] == f"runner.cli.aliases:{old.replace('-', '_')}"
-    assert scripts["runner-configs"] == "runner.configs:cli"  # ls / cp of the built-in configs (no old name)
+    assert scripts["runner-configs"] == "runner.cli.commands:configs"  # ls / cp of the built-in configs (no old name)
     assert {n for n in scripts if not n.startswith("msrun-")} == {n for n, _ in aliases.RENAMED.values()} | {
         "runner-configs"
     }

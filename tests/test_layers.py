@@ -1,15 +1,138 @@
-"""The layers: models/ and datasets/ (installed as runner.models, runner.datasets) work without the runner.
+"""The layers: models/ and datasets/ (installed as runner.models, runner.datasets) work without the runner,
+and runner/'s own parts import only downwards, in the order of LAYERS.
 
-They ship inside the runner's one import namespace, so the rule is that each imports only itself:
-nothing from the rest of runner, not each other.
+models/ and datasets/ ship inside the runner's one import namespace, so the rule is that each imports only
+itself: nothing from the rest of runner, not each other.
 """
 
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
+
+# runner/'s parts from the bottom up; a part may import its own modules and those of the parts below it.
+# Parts on one rung (amp, report) do not import each other. errors.py, config/ ... cli/ are folders or files
+# of runner/; "commands" is every other module at runner/'s top (api, evaluate, predict, export, configs,
+# saved_model and any new one); "entry" is cli/ with runner/__main__.py.
+LAYERS = [["errors"], ["config"], ["rundir"], ["amp", "report"], ["training"], ["commands"], ["entry"]]
+RUNG = {part: rung for rung, parts in enumerate(LAYERS) for part in parts}
+OUTSIDE = ("runner.models", "runner.datasets", "runner.conf")  # the lower layers, tested above; data files
+
+
+def part_of(module: str):
+    """The part of runner/ a dotted module name belongs to; None outside runner's own parts."""
+    names = module.split(".")
+    if names[0] != "runner" or module.startswith(OUTSIDE):
+        return None
+    if len(names) == 1:
+        return "package"  # runner/__init__.py: names the public API, imported from its home on first use
+    if names[1] in ("cli", "__main__"):
+        return "entry"
+    return names[1] if names[1] in RUNG else "commands"
+
+
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_main_block(node) -> bool:
+    """`if __name__ == "__main__":`: the module run as a script, which is an entry point of its own."""
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def imports_of(path: Path, root: Path = REPO):
+    """(line, imported module) for every import in the file, at module level and inside functions alike,
+    relative ones resolved; `from package import module` names the module. Not inside `if __name__ ==
+    "__main__":`."""
+    module = module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for block in ast.walk(tree) if is_main_block(block) for n in ast.walk(block)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            for a in node.names:
+                yield node.lineno, f"{base}.{a.name}" if base == "runner" or not node.module else base
+
+
+def runner_files():
+    return [p for p in sorted((REPO / "runner").rglob("*.py")) if part_of(module_name(p)) is not None]
+
+
+def edges():
+    """(importing file, line, importing part, imported module, imported part) for runner's own parts."""
+    for path in runner_files():
+        source = part_of(module_name(path))
+        for line, target in imports_of(path):
+            part = part_of(target)
+            if part is not None and part != source:
+                yield path.relative_to(REPO), line, source, target, part
+
+
+def test_runner_parts_import_only_downwards():
+    wrong = [
+        f"{path}:{line}: {source} imports {target} ({part}), which is not below it"
+        for path, line, source, target, part in edges()
+        if source != "package" and (part == "package" or RUNG[part] >= RUNG[source])
+    ]
+    assert not wrong, (
+        "runner/'s layer order (errors < config < rundir < amp, report < training < commands < entry):\n"
+        + "\n".join(wrong)
+    )
+
+
+def test_no_import_cycle_between_runner_modules():
+    """Between modules too, not only parts: a cycle hidden in function-level imports is still a cycle."""
+    graph = {}
+    for path in runner_files():
+        module = module_name(path)
+        graph[module] = {t for _, t in imports_of(path) if part_of(t) not in (None, "package") and t != module}
+    known = set(graph)
+    graph = {m: {t if t in known else t.rsplit(".", 1)[0] for t in ts} & known for m, ts in graph.items()}
+    # A package's __init__ runs before its modules; a module importing its own package is no cycle.
+    graph = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
+    state, cycles = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(stack[stack.index(t) :] + [t]))
+            elif t not in state:
+                visit(t, stack + [t])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import cycles inside runner/:\n" + "\n".join(cycles)
+
+
+def test_the_layer_check_sees_imports_inside_functions(tmp_path):
+    """The check reads function-level imports and resolves relative ones: a test that could never fail is no test."""
+    (tmp_path / "runner" / "rundir").mkdir(parents=True)
+    bad = tmp_path / "runner" / "rundir" / "bad.py"
+    bad.write_text("def f():\n    from ..training import recipe\n    from runner.cli.app import entry_point\n")
+    found = [t for _, t in imports_of(bad, tmp_path)]
+    assert [part_of(t) for t in found] == ["training", "entry"], found
 
 
 def test_lower_layers_import_nothing_from_the_runner():

@@ -35,8 +35,7 @@ GOOD = {"latest": "step_00000010.ckpt", "global_step": 10, "best": {"file": "ste
     ],
 )
 def test_a_broken_latest_json_is_one_problem_for_resume_ckpt_and_init_from(tmp_path, state, problem):
-    from runner.rundir.saved_run import checkpoint_path
-    from runner.training.finetune import source_path
+    from runner.rundir.saved_run import checkpoint_path, source_path
 
     run = _run(tmp_path, state)
     with pytest.raises(StateProblem, match=re.escape(problem)):
@@ -50,8 +49,7 @@ def test_a_broken_latest_json_is_one_problem_for_resume_ckpt_and_init_from(tmp_p
 
 
 def test_an_intact_latest_json_names_the_latest_and_the_best(tmp_path):
-    from runner.rundir.saved_run import checkpoint_path
-    from runner.training.finetune import source_path
+    from runner.rundir.saved_run import checkpoint_path, source_path
 
     state = {**GOOD, "latest": "step_00000020.ckpt", "global_step": 20}
     run = _run(tmp_path, state, files=("step_00000010.ckpt", "step_00000020.ckpt"))

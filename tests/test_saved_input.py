@@ -14,6 +14,7 @@ def fake_run(run_dir, *overrides):
     """A run directory as training leaves it (config.yaml, model.ckpt of a fresh network), without training."""
     import mindspore as ms
 
+    from runner import saved_model
     from runner.report.outputs import write_config
     from runner.rundir import saved_run
 
@@ -21,8 +22,8 @@ def fake_run(run_dir, *overrides):
     cfg = compose_cfg(*TINY, *overrides)
     write_config(str(run_dir), cfg)
     cfg = saved_run.load_config(str(run_dir))
-    saved_run.set_up_device(cfg)
-    _, net = saved_run.build(cfg)
+    saved_model.set_up_device(cfg)
+    _, net = saved_model.build(cfg)
     ms.save_checkpoint(net, str(run_dir / "model.ckpt"))
     return cfg, net
 
@@ -36,14 +37,14 @@ def rewrite_checkpoint(path, change):
 
 
 def test_a_checkpoint_holding_nan_is_refused_by_the_commands_and_init_from(tmp_path):
-    from runner.rundir import saved_run
+    from runner import saved_model
     from runner.training.finetune import load_matching
 
     cfg, net = fake_run(tmp_path / "run")
     ckpt = tmp_path / "run" / "model.ckpt"
     rewrite_checkpoint(ckpt, lambda n, a: np.full_like(a, np.nan) if n == "head.bias" else a)
     with pytest.raises(ConfigError, match=r"NaN or infinity \(head.bias\)"):
-        saved_run.open_run(str(tmp_path / "run"), "final", cfg)  # evaluate, predict and export open it so
+        saved_model.open_run(str(tmp_path / "run"), "final", cfg)  # evaluate, predict and export open it so
     with pytest.raises(ConfigError, match=r"NaN or infinity \(head.bias\)"):
         load_matching(net, str(ckpt))
 
@@ -51,19 +52,19 @@ def test_a_checkpoint_holding_nan_is_refused_by_the_commands_and_init_from(tmp_p
 def test_a_float16_checkpoint_loads_and_an_int32_one_is_refused(tmp_path):
     import mindspore as ms
 
-    from runner.rundir import saved_run
+    from runner import saved_model
     from runner.training.finetune import load_matching
 
     cfg, _ = fake_run(tmp_path / "run")
     ckpt = tmp_path / "run" / "model.ckpt"
     rewrite_checkpoint(ckpt, lambda n, a: a.astype(np.float16))
-    saved = saved_run.open_run(str(tmp_path / "run"), "final", cfg)
+    saved = saved_model.open_run(str(tmp_path / "run"), "final", cfg)
     half = {n: p.asnumpy() for n, p in ms.load_checkpoint(str(ckpt)).items()}
     for p in saved.net.get_parameters():  # cast to the network's float32, values kept
         assert p.asnumpy().dtype == np.float32 and np.array_equal(p.asnumpy(), half[p.name].astype(np.float32))
     rewrite_checkpoint(ckpt, lambda n, a: a.astype(np.int32))
     with pytest.raises(ConfigError, match=r"non-float data \(.*Int32\)"):
-        saved_run.open_run(str(tmp_path / "run"), "final", cfg)
+        saved_model.open_run(str(tmp_path / "run"), "final", cfg)
     with pytest.raises(ConfigError, match=r"non-float data"):
         load_matching(saved.net, str(ckpt))
 
@@ -95,7 +96,7 @@ def test_a_malformed_config_yaml_is_refused_by_evaluate_and_resume(tmp_path, tex
 )
 def test_a_corrupt_latest_json_is_refused_by_ckpt_last_and_init_from(tmp_path, state):
     from runner.rundir import saved_run
-    from runner.training.finetune import source_path
+    from runner.rundir.saved_run import source_path
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_00000001.ckpt").write_bytes(b"")
@@ -109,7 +110,7 @@ def test_a_corrupt_latest_json_is_refused_by_ckpt_last_and_init_from(tmp_path, s
 
 def test_latest_json_naming_a_missing_file_is_refused(tmp_path):
     from runner.rundir import saved_run
-    from runner.training.finetune import source_path
+    from runner.rundir.saved_run import source_path
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "latest.json").write_text(json.dumps({"latest": "step_00000009.ckpt", "best": None}))
@@ -239,6 +240,7 @@ def test_init_from_matches_the_head_to_the_data_classes_by_name(tmp_path):
     import mindspore as ms
     from conftest import DIGIT_WORDS
 
+    from runner import saved_model
     from runner.rundir import saved_run
     from runner.training.finetune import load_matching
 
@@ -248,11 +250,11 @@ def test_init_from_matches_the_head_to_the_data_classes_by_name(tmp_path):
     recorded = sorted(DIGIT_WORDS)
     cfg = saved_run.load_config(str(run))
     order = list(reversed(range(10)))  # the same classes, in another order (a class_indexing of their own)
-    _, net = saved_run.build(cfg)
+    _, net = saved_model.build(cfg)
     record = load_matching(net, str(run), [recorded[i] for i in order])
     assert record["classes"]["mapped_by_name"] and "head.weight" in record["loaded"]
     assert np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy()[order])
-    _, net = saved_run.build(cfg)
+    _, net = saved_model.build(cfg)
     record = load_matching(net, str(run), [f"class_{i}" for i in range(10)])  # other classes: a fresh head
     assert record["reinitialised"] == ["head.weight", "head.bias"] and not record["classes"]["mapped_by_name"]
     assert not np.array_equal(net.head.weight.asnumpy(), source["head.weight"].asnumpy())
@@ -265,7 +267,7 @@ def test_evaluate_multirun_writes_into_the_run_not_the_working_directory(tmp_pat
     fake_run(tmp_path / "run", "mode=pynative", "data.val_fraction=0.05")  # no graph to compile, 90 samples
     (tmp_path / "cwd").mkdir()
     proc = cli_in_process(
-        "-m", f"run={tmp_path / 'run'}", "batch_size=64,128", app="runner.evaluate:cli", cwd=tmp_path / "cwd"
+        "-m", f"run={tmp_path / 'run'}", "batch_size=64,128", app="runner.cli.commands:evaluate", cwd=tmp_path / "cwd"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not list((tmp_path / "cwd").iterdir())  # no ./multirun/<time>
@@ -273,7 +275,7 @@ def test_evaluate_multirun_writes_into_the_run_not_the_working_directory(tmp_pat
     assert (sweep / "0" / "metrics.json").is_file() and (sweep / "1" / "metrics.json").is_file()
     fake_run(tmp_path / "other")
     proc = cli_in_process(
-        "-m", f"run={tmp_path / 'run'},{tmp_path / 'other'}", app="runner.evaluate:cli", cwd=tmp_path / "cwd"
+        "-m", f"run={tmp_path / 'run'},{tmp_path / 'other'}", app="runner.cli.commands:evaluate", cwd=tmp_path / "cwd"
     )
     assert proc.returncode == 2 and "needs hydra.sweep.dir=<new directory>" in " ".join(proc.stderr.split())
     assert not list((tmp_path / "cwd").iterdir())
@@ -284,7 +286,9 @@ def test_evaluate_sweeps_several_runs_into_the_sweep_dir_it_is_given(tiny_run, t
     from conftest import cli_in_process
 
     # Under -m hydra.run.dir (${run}/evaluate-<time>) is never used: pre-flight must not try to resolve it.
-    proc = cli_in_process("-m", f"run={tiny_run},{tiny_run}", f"hydra.sweep.dir={tmp_path}", app="runner.evaluate:cli")
+    proc = cli_in_process(
+        "-m", f"run={tiny_run},{tiny_run}", f"hydra.sweep.dir={tmp_path}", app="runner.cli.commands:evaluate"
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["0", "1"]
     assert all((tmp_path / n / "metrics.json").is_file() for n in ("0", "1"))
@@ -296,7 +300,9 @@ def test_evaluate_fp32_is_a_setting_of_its_own_on_the_command_line(tiny_run, tmp
 
     # `amp` is the training config group; evaluate's switch must not collide with it (amp=false was refused).
     out = tmp_path / "fp32"
-    proc = cli_in_process(f"run={tiny_run}", "use_amp=false", f"hydra.run.dir={out}", app="runner.evaluate:cli")
+    proc = cli_in_process(
+        f"run={tiny_run}", "use_amp=false", f"hydra.run.dir={out}", app="runner.cli.commands:evaluate"
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 

@@ -280,7 +280,7 @@ def test_every_combination_of_a_sweep_is_checked(tmp_path):
     ],
 )
 def test_only_the_listed_callables_may_be_named(tmp_path, target):
-    from runner.cli.preflight import ALLOWED_TARGETS
+    from runner.config.callables import ALLOWED_TARGETS
 
     assert all(reason for reason in ALLOWED_TARGETS.values())
     experiment(tmp_path, "unused", "")

@@ -99,11 +99,13 @@ def test_early_stop_with_ema_keeps_and_restores_the_best_average(tmp_path):
     assert all(np.array_equal(final[k].asnumpy(), best["ema." + k].asnumpy()) for k in final)
     assert not all(np.array_equal(final[k].asnumpy(), best[k].asnumpy()) for k in final)
     # and ckpt=best in evaluate reads the same average
+    from runner import saved_model
     from runner.rundir import saved_run
+    from runner.rundir.layout import read_checkpoint
 
     cfg = saved_run.load_config(str(tmp_path))
-    _, net = saved_run.build(cfg)
-    record = saved_run.load_weights(net, saved_run.read_checkpoint(m["best_checkpoint"]["file"]), "best", cfg)
+    _, net = saved_model.build(cfg)
+    record = saved_model.load_weights(net, read_checkpoint(m["best_checkpoint"]["file"]), "best", cfg)
     assert record["ema"] and all(np.array_equal(p.asnumpy(), final[p.name].asnumpy()) for p in net.get_parameters())
 
 

@@ -10,9 +10,9 @@ from typing import Callable, Dict, Tuple
 # old name -> (new name, "module:function" the new name runs), as in pyproject.toml [project.scripts]
 RENAMED: Dict[str, Tuple[str, str]] = {
     "msrun-train": ("runner-train", "runner.__main__:train"),
-    "msrun-evaluate": ("runner-evaluate", "runner.evaluate:cli"),
-    "msrun-predict": ("runner-predict", "runner.predict:cli"),
-    "msrun-export": ("runner-export", "runner.export:cli"),
+    "msrun-evaluate": ("runner-evaluate", "runner.cli.commands:evaluate"),
+    "msrun-predict": ("runner-predict", "runner.cli.commands:predict"),
+    "msrun-export": ("runner-export", "runner.cli.commands:export"),
 }
 
 

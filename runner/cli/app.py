@@ -86,9 +86,9 @@ def entry_point(task, *checks, before_run=None):
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         try:
             # The command's own checks (the run= it needs) are for running it, not for Hydra's printing flags.
-            for check in () if prints else checks:
-                check(sys.argv[1:])
             try:
+                for check in () if prints else checks:
+                    check(sys.argv[1:])
                 preflight(task, sys.argv[1:], before_run)
             except user_errors() as e:
                 print_user_error(e)

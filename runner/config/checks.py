@@ -6,7 +6,8 @@ import os
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.cli.preflight import target_allowed, target_refusal
+from runner.config.callables import target_allowed, target_refusal
+from runner.config.isa import check_cpu_isa
 from runner.config.schema import (
     AugmentConfig,
     Config,
@@ -20,11 +21,10 @@ from runner.config.tree import walk
 from runner.datasets.errors import DataConfigError
 from runner.datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
-from runner.training.environment import check_cpu_isa
 
 
 def check_target(path: str, target) -> None:
-    """Refuse a `_target_` outside the explicit list of callables (runner/cli/preflight.py ALLOWED_TARGETS)."""
+    """Refuse a `_target_` outside the explicit list of callables (runner/config/callables.py ALLOWED_TARGETS)."""
     if not target_allowed(target):
         raise target_refusal(path, target)
 
@@ -242,13 +242,6 @@ def _watch_problems(cfg):
             f"early_stop.monitor={es.monitor} differs from checkpoint.monitor={monitor}: the run would stop on one "
             "and keep the best by the other; set one of them"
         )
-    if cfg.init_from:
-        from runner.training.finetune import source_path
-
-        try:
-            source_path(cfg.init_from)
-        except ConfigError as e:
-            yield str(e).rstrip(".")
 
 
 def _augment_problems(cfg):
@@ -420,8 +413,11 @@ def check_loggers(cfg) -> None:
         )
 
 
-def validate(cfg) -> None:
-    """Raise ConfigError naming every value that is out of range or contradicts another."""
+def validate(cfg, *more) -> None:
+    """Raise ConfigError naming every value that is out of range or contradicts another.
+
+    more: checks of the layers above (cfg -> problems), e.g. runner/rundir/saved_run.py init_from_problems,
+    whose problems join this one message; config/ itself reads no run directory."""
     tree = _resolved(cfg)
     bad = list(_non_finite(tree))
     if bad:
@@ -441,6 +437,6 @@ def validate(cfg) -> None:
             "`python -m runner --cfg job` lists them all."
         ) from None
     check_cpu_isa(cfg.device)
-    problems = list(_problems(cfg))
+    problems = list(_problems(cfg)) + [problem for check in more for problem in check(cfg)]
     if problems:
         raise ConfigError("Invalid configuration: " + "; ".join(problems) + ".")

@@ -8,6 +8,7 @@ from typing import Optional
 
 from runner.errors import UserError
 from runner.rundir.layout import RunDir
+from runner.rundir.lock import in_msrun
 
 log = logging.getLogger("runner")
 
@@ -103,8 +104,6 @@ def check_foreign(run_dir: str, setting: str) -> None:
 def check_run_dir(cfg, run_dir: str, overrides, in_sweep: bool = False) -> None:
     """Before Hydra writes anything (.hydra/, the log) into run_dir: UserError unless it is new, empty,
     or holds this runner's run that this configuration may continue (resume) or start afresh in."""
-    from runner.training.distributed import in_msrun
-
     run_dir = os.path.abspath(run_dir)
     check_foreign(run_dir, "hydra.sweep.dir" if in_sweep else "hydra.run.dir")
     if not in_msrun():  # msrun's ranks join the directory their launcher has claimed

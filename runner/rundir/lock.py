@@ -14,12 +14,17 @@ import fcntl
 import os
 import time
 
-from runner.errors import UserError, print_user_error
+from runner.errors import UserError
 
 LOCK_FILE = ".runner.rundir.lock"
 LOCK_ENV = "RUNNER_RUN_DIR_LOCKED"  # set by the process that holds the lock, for its msrun ranks
 
 _held = {}  # run_dir -> open file: closing it (or exiting) releases the lock
+
+
+def in_msrun() -> bool:
+    """True inside a process msrun started (a worker, or the scheduler that runs the same script)."""
+    return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED")
 
 
 def held_by_parent(run_dir: str) -> bool:
@@ -59,10 +64,8 @@ def hand_to_ranks(run_dir: str, env: dict) -> dict:
 
 
 def check_free(argv) -> None:
-    """Before Hydra starts (it writes .hydra/ and the log into the run directory first): exit 2 when the
-    run directory these arguments name is locked by a running run. run() takes the lock itself."""
-    import sys
-
+    """Before Hydra starts (it writes .hydra/ and the log into the run directory first): a UserError when
+    the run directory these arguments name is locked by a running run. run() takes the lock itself."""
     if "-m" in argv or "--multirun" in argv:
         return  # each sweep job locks its own directory
     chosen = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")]
@@ -71,11 +74,7 @@ def check_free(argv) -> None:
     run_dir = chosen[-1].strip("'\"")
     if not os.path.exists(os.path.join(run_dir, LOCK_FILE)) or held_by_parent(run_dir):
         return
-    try:
-        acquire(run_dir)
-    except UserError as e:
-        print_user_error(e)
-        sys.exit(2)
+    acquire(run_dir)
     release(run_dir)
 
 

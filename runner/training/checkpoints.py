@@ -22,10 +22,12 @@ import os
 import signal
 from typing import List, Optional
 
+import mindspore as ms
 import numpy as np
+from mindspore.common.dtype import float_type
 from mindspore.train import Callback
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, Interrupted
 from runner.rundir.atomic import save_checkpoint, write_json
 from runner.rundir.layout import STATE, RunDir, StateProblem, has_checkpoint, read_checkpoint, read_state, step_files
 from runner.rundir.resume_check import in_place, wants_resume
@@ -224,7 +226,8 @@ class Checkpointer(Callback):
         return self.save(SimpleNamespace(train_network=train_cell, cur_step_num=step - self.start_step), None)
 
     def exit_if_interrupted(self):
-        """After Model.train returned: a signal stopped it, so exit 128+signal (the run can resume)."""
+        """After Model.train returned: a signal stopped it, so raise Interrupted (the run can resume; the command
+        line exits 128+signal)."""
         if self.signum is not None:
             self.release()
             log.warning(
@@ -232,7 +235,7 @@ class Checkpointer(Callback):
                 signal_name(self.signum),
                 os.path.dirname(os.path.abspath(self.dir)),
             )
-            raise SystemExit(128 + self.signum)
+            raise Interrupted(self.signum, os.path.dirname(os.path.abspath(self.dir)))
 
 
 def _same_monitor(best, monitor: str):
@@ -323,6 +326,33 @@ def nonfinite_params(params: dict) -> List[str]:
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
             bad.append(name)
     return bad
+
+
+EVALUATE_HINT = "Use another checkpoint of the run (ckpt=last|best|final, or a step_*.ckpt in its checkpoints/)."
+
+
+def usable_weights(values: dict, own: dict, path: str, hint: str = EVALUATE_HINT) -> dict:
+    """values (name -> the checkpoint's tensor) in the dtypes of own (name -> the network's Parameter).
+
+    Refused (ConfigError naming the parameters): NaN or infinity anywhere, as resume refuses it (a result
+    of such a model is no result), and integer or boolean data where the network holds floats. Floats of
+    another width (a float16 checkpoint of a float32 network) are cast, as MindSpore's own loader would
+    fail on them with a traceback.
+    """
+    nonfloat = [
+        f"{n} ({v.dtype})" for n, v in values.items() if own[n].dtype in float_type and v.dtype not in float_type
+    ]
+    bad = nonfinite_params(values)
+    if nonfloat or bad:
+        what = f"{len(bad)} parameter(s) hold NaN or infinity ({', '.join(bad[:3])})" if bad else ""
+        if nonfloat:
+            what += (" and " if what else "") + f"{len(nonfloat)} hold non-float data ({', '.join(nonfloat[:3])})"
+        raise ConfigError(
+            f"{path} cannot be used: {what}; a model with such weights gives no meaningful result. {hint}"
+        )
+    return {
+        n: v if v.dtype == own[n].dtype else ms.Parameter(v.astype(own[n].dtype), name=n) for n, v in values.items()
+    }
 
 
 def _last_finite(ckpt_dir: str, before: str) -> Optional[str]:

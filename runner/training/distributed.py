@@ -28,14 +28,10 @@ from runner.report.metrics import RunMetrics
 from runner.report.outputs import summary_line, warnings_recap, write_config
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import RANK_LOGS, RunDir
+from runner.rundir.lock import in_msrun
 
 log = logging.getLogger("runner")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def in_msrun() -> bool:
-    """True inside a process msrun started (a worker, or the scheduler that runs the same script)."""
-    return os.environ.get("MS_ROLE") in ("MS_WORKER", "MS_SCHED")
 
 
 def should_launch(dist_cfg) -> bool:

@@ -10,39 +10,10 @@ import os
 from typing import Optional
 
 from runner.errors import ConfigError
+from runner.rundir.saved_run import CLASSES, recorded_classes, source_path
+from runner.training.checkpoints import usable_weights
 
 log = logging.getLogger("runner")
-
-
-def source_path(init_from: str) -> str:
-    """The checkpoint file init_from names: a .ckpt file, or a run directory's model.ckpt (else its
-    best or latest resumable checkpoint). Raises ConfigError when there is none."""
-    path = os.path.abspath(os.path.expanduser(str(init_from)))
-    if os.path.isfile(path):
-        return path
-    if os.path.isdir(path):
-        from runner.rundir.layout import MODEL, STATE, RunDir, StateProblem, read_state
-
-        run = RunDir(path)
-        if os.path.isfile(run.model):
-            return run.model
-        if not os.path.exists(run.state):
-            raise ConfigError(
-                f"init_from={init_from}: the directory {path} holds no {MODEL} and no checkpoints/{STATE}; "
-                "name a .ckpt file or a finished run directory."
-            )
-        try:
-            state = read_state(run.checkpoints)
-        except StateProblem as e:
-            raise ConfigError(f"init_from={init_from}: {e}; name a .ckpt file instead.") from None
-        found = run.checkpoint(state["best"]["file"]) if state.get("best") else state["path"]
-        if not os.path.isfile(found):
-            raise ConfigError(
-                f"init_from={init_from}: {run.state} names {os.path.basename(found)}, which is missing; "
-                "name one of its checkpoints/step_*.ckpt files as init_from=<file>."
-            )
-        return found
-    raise ConfigError(f"init_from={init_from}: {path} does not exist; name a .ckpt file or a run directory.")
 
 
 def _train_state(name: str, names: set) -> bool:
@@ -71,8 +42,6 @@ def _adapt_input_conv(weight, shape):
 
 def _source_classes(path: str) -> Optional[list]:
     """The class names the run that wrote the checkpoint at path recorded (its classes.json), or None."""
-    from runner.rundir.saved_run import CLASSES, recorded_classes
-
     folder = os.path.dirname(path)
     if os.path.basename(folder) == "checkpoints":
         folder = os.path.dirname(folder)
@@ -153,8 +122,6 @@ def load_matching(net, init_from: str, classes: Optional[list] = None) -> dict:
             f"{type(net).__name__} (it holds e.g. {sample}; this network has e.g. {list(mine)[:4]}). It is a "
             "checkpoint of another architecture: fine-tune with the model.* settings it was trained with."
         )
-    from runner.rundir.saved_run import usable_weights
-
     values = usable_weights(values, mine, path, hint="Fine-tune from another checkpoint (init_from=<file or run>).")
     # set_data rather than load_param_into_net, which warns about every parameter it was not given:
     # here those are expected (the new head) and listed below.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn, Optional, cast
 
 import numpy as np
 
-from runner.errors import ConfigError, UserError, as_out_of_memory
+from runner.errors import ConfigError, Interrupted, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
 from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
@@ -504,13 +504,14 @@ class Recipe:
         return m
 
     def interrupted_after_training(self, signum: int) -> NoReturn:
-        """The final phase was interrupted: keep the end of training resumable, say how to finish, exit 128+signal."""
+        """The final phase was interrupted: keep the end of training resumable, say how to finish, raise Interrupted
+        (the command line exits 128+signal)."""
         step = int(self.start.get("global_step", 0)) + (self.monitor.steps[-1] if self.monitor.steps else 0)
         if self.guard_tripped():
             log.warning(
                 "%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum)
             )
-            raise SystemExit(128 + signum)
+            raise Interrupted(signum, os.path.abspath(self.env.run_dir))
         path = self.checkpointer.save_final(self.trainer.step_cell, step) if self.env.rank == 0 else None
         log.warning(
             "%s during the final phase (evaluation and report): training is complete at step %d%s; "
@@ -520,7 +521,7 @@ class Recipe:
             f" and checkpointed in {path}" if path else " and checkpointed",
             self.env.run_dir,
         )
-        raise SystemExit(128 + signum)
+        raise Interrupted(signum, os.path.abspath(self.env.run_dir))
 
 
 def _profiler(profile_cfg, env: Env) -> Optional["ProfileWindow"]:
