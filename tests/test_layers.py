@@ -204,3 +204,31 @@ def test_the_readme_layout_names_every_module():
             if rel.name not in named.get(str(rel.parent), set()):
                 missing.append(str(rel))
     assert not missing, f"README's layout section does not name: {missing}"
+
+
+EXITS = {"exit", "_exit", "SystemExit", "print_user_error"}  # sys.exit, os._exit, raise/except SystemExit
+
+
+def exits_in(path: Path):
+    """(line, name) of every use of an exit (or of printing a user's error) in a file, by its syntax tree."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in EXITS and getattr(node.value, "id", "") in ("sys", "os"):
+            yield node.lineno, f"{node.value.id}.{node.attr}"
+        elif isinstance(node, ast.Name) and node.id in EXITS:
+            yield node.lineno, node.id
+        elif isinstance(node, ast.alias) and node.name in EXITS:
+            yield getattr(node, "lineno", 0), node.name
+
+
+def test_only_the_entry_point_exits():
+    """Below runner/cli/ and runner/__main__.py a user's mistake is raised (UserError), an interrupt too
+    (Interrupted): the entry point alone prints it and chooses the exit status."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {name}"
+        for path in runner_files()
+        if part_of(module_name(path)) != "entry"
+        for line, name in exits_in(path)
+    ]
+    assert not found, "exits below the entry point:\n" + "\n".join(found)
+    planted = [name for _, name in exits_in(REPO / "runner" / "cli" / "app.py")]
+    assert "sys.exit" in planted and "print_user_error" in planted  # the check sees them where they belong
