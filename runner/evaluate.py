@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -167,13 +166,14 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="evaluate")
 def main(app) -> float:
     with reported_errors():
         return evaluate(app, HydraConfig.get().runtime.output_dir).top1
 
 
-cli = entry_point(main, lambda argv: check_run_argument(argv, "evaluate"), before_run=own_new_dir("evaluate"))
+cli = entry_point(
+    main, lambda argv: check_run_argument(argv, "evaluate"), config_name="evaluate", before_run=own_new_dir("evaluate")
+)
 
 if __name__ == "__main__":
     cli()

@@ -12,7 +12,6 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -271,13 +270,14 @@ def _format_versions(fmt: str) -> dict:
     return {p: metadata.version(p) for _, p in NEEDS[fmt]}
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="export")
 def main(app) -> None:
     with reported_errors():
         export(app, HydraConfig.get().runtime.output_dir)
 
 
-cli = entry_point(main, lambda argv: check_run_argument(argv, "export"), before_run=own_new_dir("export"))
+cli = entry_point(
+    main, lambda argv: check_run_argument(argv, "export"), config_name="export", before_run=own_new_dir("export")
+)
 
 if __name__ == "__main__":
     cli()

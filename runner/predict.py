@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-import hydra
 import numpy as np
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -230,13 +229,14 @@ def _print_table(console, app, paths, names, top_idx, top_p) -> None:
         print(f"... {len(paths) - app.show} more in predictions.csv")
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
 def main(app) -> None:
     with reported_errors():
         predict(app, HydraConfig.get().runtime.output_dir)
 
 
-cli = entry_point(main, lambda argv: check_run_argument(argv, "predict"), before_run=own_new_dir("predict"))
+cli = entry_point(
+    main, lambda argv: check_run_argument(argv, "predict"), config_name="predict", before_run=own_new_dir("predict")
+)
 
 if __name__ == "__main__":
     cli()

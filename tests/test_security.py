@@ -178,28 +178,24 @@ def test_hydra_defaults_and_project_targets_pass(tmp_path):
 
 
 def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
-    # The check composes through Hydra 1.3's internals; when those fail (another Hydra, a changed internal),
-    # nothing has been checked, so the command must refuse (one paragraph, exit 2), never run unchecked.
-    from hydra._internal.hydra import Hydra
-
-    from runner.__main__ import main
+    # The check composes through Hydra 1.3's internals (runner/cli/hydra_seam.py); when those fail (another
+    # Hydra, a changed internal), nothing has been checked, so the command must refuse (one paragraph, exit 2),
+    # never run unchecked.
+    from runner.__main__ import train
+    from runner.cli import hydra_seam
     from runner.cli.preflight import preflight
     from runner.errors import ConfigError
-
-    def undecorated(cfg):  # @hydra.main's settings cannot be read from it
-        return None
-
-    with pytest.raises(ConfigError, match="pre-flight check of the configuration could not run.*TypeError"):
-        preflight(undecorated, ["amp=o2"])
 
     def changed(*args, **kwargs):
         raise AttributeError("'Hydra' has no attribute 'create_main_hydra2'")
 
-    monkeypatch.setattr(Hydra, "create_main_hydra2", changed)
+    monkeypatch.setattr(hydra_seam, "Composer", changed)
     with pytest.raises(ConfigError, match="refuses to start.*hydra-core"):
-        preflight(main, ["amp=o2"])
+        preflight(train.app, ["amp=o2"])
     monkeypatch.undo()
-    preflight(main, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config
+    preflight(train.app, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config
+    proc = cli_in_process("amp=o2", f"hydra.run.dir={tmp_path / 'r'}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -208,12 +204,12 @@ def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
 
 def preflight_refuses(tmp_path, *argv, match):
     """preflight() on argv (with an experiment dir at tmp_path/extra) raises ConfigError matching `match`."""
-    from runner.__main__ import main
+    from runner.__main__ import train
     from runner.cli.preflight import preflight
     from runner.errors import ConfigError
 
     with pytest.raises(ConfigError, match=match):
-        preflight(main, ["--config-dir", str(tmp_path / "extra"), *argv])
+        preflight(train.app, ["--config-dir", str(tmp_path / "extra"), *argv])
 
 
 def experiment(tmp_path, name: str, text: str) -> str:
@@ -264,10 +260,10 @@ def test_every_combination_of_a_sweep_is_checked(tmp_path):
     )
     sweep = f"hydra.sweep.dir={tmp_path / 's'}"
     preflight_refuses(tmp_path, "-m", exp, "seed=1,2", "epochs=1,3", sweep, match=r"_target_='shutil.copyfile'")
-    from runner.__main__ import main
+    from runner.__main__ import train
     from runner.cli.preflight import preflight
 
-    preflight(main, ["--config-dir", str(tmp_path / "extra"), "-m", exp, "seed=3,4", "epochs=1,2", sweep])
+    preflight(train.app, ["--config-dir", str(tmp_path / "extra"), "-m", exp, "seed=3,4", "epochs=1,2", sweep])
 
 
 @pytest.mark.parametrize(
@@ -297,10 +293,10 @@ def test_env_set_takes_only_harmless_names(tmp_path, name):
     experiment(tmp_path, "unused", "")
     run = f"hydra.run.dir={tmp_path / 'r'}"
     preflight_refuses(tmp_path, f"+hydra.job.env_set.{name}=x", run, match=f"hydra.job.env_set.{name}='x' is refused")
-    from runner.__main__ import main
+    from runner.__main__ import train
     from runner.cli.preflight import preflight
 
-    preflight(main, ["+hydra.job.env_set.OMP_NUM_THREADS=2", run])
+    preflight(train.app, ["+hydra.job.env_set.OMP_NUM_THREADS=2", run])
 
 
 @pytest.mark.parametrize(
@@ -320,7 +316,8 @@ def test_hydras_own_composition_errors_are_the_users_mistake(module, args, messa
     from runner.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message) as e:
-        preflight(importlib.import_module(module).main, args)
+        mod = importlib.import_module(module)
+        preflight((mod.train if module == "runner.__main__" else mod.cli).app, args)
     assert "\n" not in str(e.value)
 
 
