@@ -3,6 +3,7 @@
 
 import os
 import pickle
+import re
 
 import pytest
 from conftest import REPO, cli_in_process, dry_run, run_cli
@@ -331,4 +332,113 @@ def test_a_line_break_in_a_launcher_setting_is_refused(tmp_path, marker):
     sweep = f"hydra.sweep.dir={tmp_path / 's'}"
     preflight_refuses(
         tmp_path, "-m", "hydra/launcher=submitit_slurm", exp, "seed=1,2", sweep, match="additional_parameters.comment"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a launcher turns into its jobs' environment, command line or script (docs/launchers.md).
+
+SLURM = ("-m", "hydra/launcher=submitit_slurm", "seed=1,2")
+
+
+def test_ld_preload_through_slurm_directives_is_refused_from_the_command_line(tmp_path):
+    # The issue's example: `#SBATCH --export=ALL,LD_PRELOAD=/x/evil.so` in every job script.
+    proc = cli_in_process(
+        *SLURM,
+        '+hydra.launcher.additional_parameters.export="ALL,LD_PRELOAD=/x/evil.so"',
+        f"hydra.sweep.dir={tmp_path / 's'}",
+    )
+    refused(proc, "hydra.launcher.additional_parameters.export='ALL,LD_PRELOAD=/x/evil.so'")
+    assert "#SBATCH directives" in proc.stderr and not (tmp_path / "s").exists()
+
+
+def test_ld_preload_through_slurm_directives_is_refused_from_an_experiment_file(tmp_path):
+    exp = experiment(
+        tmp_path, "x", 'hydra:\n  launcher:\n    additional_parameters:\n      export: "ALL,LD_PRELOAD=/x/evil.so"\n'
+    )
+    proc = cli_in_process("--config-dir", tmp_path / "extra", *SLURM, exp, f"hydra.sweep.dir={tmp_path / 's'}")
+    refused(proc, "hydra.launcher.additional_parameters.export='ALL,LD_PRELOAD=/x/evil.so'")
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("+hydra.launcher.srun_args=['--export=ALL,LD_PRELOAD=/x/evil.so']", "hydra.launcher.srun_args"),
+        ("+hydra.launcher.teardown=[touch /tmp/x]", "hydra.launcher.teardown"),
+        ("hydra.launcher.setup=['export LD_PRELOAD=/x/evil.so']", "hydra.launcher.setup"),
+        (
+            "+hydra.launcher.additional_parameters.export-file=/x/env",
+            "hydra.launcher.additional_parameters.export-file",
+        ),
+        ("+hydra.launcher.additional_parameters.get_user_env=1", "hydra.launcher.additional_parameters.get_user_env"),
+        ("+hydra.launcher.additional_parameters.chdir=/tmp", "hydra.launcher.additional_parameters.chdir"),
+    ],
+)
+def test_a_slurm_field_that_could_carry_code_is_refused(tmp_path, override, key):
+    experiment(tmp_path, "unused", "")
+    preflight_refuses(tmp_path, *SLURM, override, f"hydra.sweep.dir={tmp_path / 's'}", match=f"{re.escape(key)}=")
+
+
+def test_the_listed_slurm_fields_pass_the_rules(tmp_path):
+    # The rules pass it; then only the missing Slurm (no sbatch here) refuses it, with its own message.
+    experiment(tmp_path, "unused", "")
+    preflight_refuses(
+        tmp_path,
+        *SLURM,
+        "hydra.launcher.partition=gpu",
+        "+hydra.launcher.additional_parameters.mail-type=END",
+        "+hydra.launcher.additional_parameters.time=60",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+        match="needs Slurm",
+    )
+
+
+@pytest.mark.parametrize(
+    "launcher,override",
+    [
+        ("isolated", "+hydra.launcher.env={LD_PRELOAD: /x/evil.so}"),
+        ("basic", "+hydra.launcher.n_jobs=2"),
+        ("submitit_local", "+hydra.launcher.setup=[touch /tmp/x]"),
+        ("joblib", "+hydra.launcher.initializer=os.system"),
+    ],
+)
+def test_a_field_a_launcher_does_not_have_is_refused(tmp_path, launcher, override):
+    experiment(tmp_path, "unused", "")
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    key = override.split("=", 1)[0].lstrip("+")
+    preflight_refuses(tmp_path, "-m", f"hydra/launcher={launcher}", "seed=1,2", override, sweep, match=re.escape(key))
+
+
+def test_joblibs_temp_folder_stays_inside_the_sweep_dir(tmp_path):
+    experiment(tmp_path, "unused", "")
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    args = ("-m", "hydra/launcher=joblib", "seed=1,2", sweep)
+    preflight_refuses(tmp_path, *args, f"hydra.launcher.temp_folder={tmp_path}", match="inside the sweep directory")
+    from runner.__main__ import train
+    from runner.cli.preflight import preflight
+
+    preflight(train.app, [*args, f"hydra.launcher.temp_folder={tmp_path / 's' / 'joblib'}"])
+
+
+def test_env_copy_takes_only_harmless_names(tmp_path, monkeypatch):
+    # Hydra copies the variable from the environment into env_set when it composes.
+    monkeypatch.setenv("PYTHONSTARTUP", "/x/evil.py")
+    experiment(tmp_path, "unused", "")
+    run = f"hydra.run.dir={tmp_path / 'r'}"
+    preflight_refuses(tmp_path, "hydra.job.env_copy=[PYTHONSTARTUP]", run, match=r"PYTHONSTARTUP.* is refused")
+
+
+def test_a_hydra_group_option_outside_the_list_is_refused(tmp_path):
+    # A --config-dir may add options under hydra/: only the shipped names are chosen.
+    (tmp_path / "extra" / "hydra" / "launcher").mkdir(parents=True)
+    (tmp_path / "extra" / "hydra" / "launcher" / "mine.yaml").write_text(
+        "_target_: hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher\n"
+    )
+    preflight_refuses(
+        tmp_path,
+        "-m",
+        "hydra/launcher=mine",
+        "seed=1,2",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+        match=r"hydra.runtime.choices.hydra/launcher='mine' is refused",
     )

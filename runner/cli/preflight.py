@@ -392,6 +392,7 @@ LAUNCHER_FIELDS: Dict[str, Dict[str, str]] = {
 # like, nor --output/--error/--open-mode, which submitit sets itself to the files it reads back.
 SLURM_DIRECTIVES = (
     "time",
+    "comment",
     "mail-type",
     "mail-user",
     "reservation",
