@@ -201,9 +201,8 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
 PER_JOB = ("callbacks", "job_logging", "job.env_set", "job.env_copy", "job.name", "output_subdir")
 
 
-def _per_job_values(cfg, output_dir: Optional[str], job_num: int) -> dict:
-    with at_run_time(cfg, job_num, True, output_dir) as cfg:
-        return {path: _select(cfg, f"hydra.{path}") for path in PER_JOB}
+def _per_job_values(ran) -> dict:
+    return {path: _select(ran, f"hydra.{path}") for path in PER_JOB}
 
 
 def _select(cfg, path: str):
@@ -220,16 +219,17 @@ def depends_on_the_job(cfg) -> bool:
 
     try:
         with at_run_time(cfg, 0, True) as ran:
-            output_dir = OmegaConf.select(ran, "hydra.runtime.output_dir")
-        if output_dir is None or OmegaConf.is_missing(ran.hydra.runtime, "output_dir"):
-            return True
-        here = _per_job_values(cfg, output_dir, 0)
+            if OmegaConf.is_missing(ran.hydra.runtime, "output_dir"):
+                return True
+            output_dir = ran.hydra.runtime.output_dir
+            here = _per_job_values(ran)
         alone = OmegaConf.create({})
         alone.hydra = copy.deepcopy(cfg.hydra)  # keeps its type, as HydraConfig requires
         with read_write(alone):
             alone.hydra.job.override_dirname = "<the job's overrides>"
             alone.hydra.overrides.task = ["<the job's overrides>"]
-        return _per_job_values(alone, output_dir, -1) != here
+        with at_run_time(alone, -1, True, output_dir) as ran:
+            return _per_job_values(ran) != here
     except OmegaConfBaseException:
         return True
 
