@@ -442,3 +442,48 @@ def test_a_hydra_group_option_outside_the_list_is_refused(tmp_path):
         f"hydra.sweep.dir={tmp_path / 's'}",
         match=r"hydra.runtime.choices.hydra/launcher='mine' is refused",
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# What the sweeper or the configuration cannot do, refused before the first job.
+
+
+def test_a_multi_objective_optuna_search_is_refused_before_the_first_trial(tmp_path):
+    sweep = tmp_path / "s"
+    proc = cli_in_process(
+        "-m", "hydra/sweeper=optuna_accuracy", "hydra.sweeper.direction=[maximize,minimize]", f"hydra.sweep.dir={sweep}"
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "hydra.sweeper.direction=['maximize', 'minimize'] is refused: each run returns one number" in " ".join(
+        proc.stderr.split()
+    )
+    assert not sweep.exists()
+
+
+def test_an_interval_given_high_to_low_is_refused(tmp_path):
+    proc = cli_in_process(
+        "-m", "hydra/sweeper=optuna_accuracy", "optim.lr=interval(0.3,0.01)", f"hydra.sweep.dir={tmp_path / 's'}"
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Write interval(0.01, 0.3)" in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_a_launcher_chosen_in_an_experiment_file_is_one_paragraph(tmp_path):
+    # Its fields land on the runner's default launcher (conf/config.yaml chooses it): refused, with the fix.
+    exp = experiment(
+        tmp_path, "x", "defaults:\n  - override /hydra/launcher: joblib\nhydra:\n  launcher:\n    n_jobs: 2\n"
+    )
+    proc = cli_in_process(
+        "--config-dir", tmp_path / "extra", "-m", exp, "seed=1,2", f"hydra.sweep.dir={tmp_path / 's'}"
+    )
+    refused(proc, "hydra.launcher.n_jobs=2")
+    assert "choose it on the command line (hydra/launcher=joblib)" in " ".join(proc.stderr.split())
+
+
+@pytest.mark.parametrize("override", ["logger=[]", "logger=null", "~logger"])
+def test_no_logger_at_all_is_refused_with_the_reason(tmp_path, override):
+    proc = cli_in_process(override, f"hydra.run.dir={tmp_path / 'r'}")
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"'{override}' leaves the config group logger with no option" in text and "hydra-core" not in text
+    assert "logger=csv (the default) is that alone" in text and not (tmp_path / "r").exists()

@@ -268,6 +268,7 @@ class Rule:
     why: str
     sweep_only: bool = False
     key: Optional[str] = None  # the entry's own key, where a dotted path cannot tell (a key with dots in it)
+    about_code: bool = True  # False: a setting the run cannot carry out, not code it would run
 
     def applies(self, found: Found, ctx: Context) -> bool:
         if self.key is not None and found.key != self.key:
@@ -277,6 +278,8 @@ class Rule:
     def refusal(self, found: Found) -> ConfigError:
         if found.key == "_target_":
             return target_refusal(found.where, found.value)
+        if not self.about_code:
+            return ConfigError(f"{found.where}={found.value!r} is refused: {self.why}")
         return refuse(found.where, found.value, self.why)
 
 
@@ -438,6 +441,14 @@ RULES: Tuple[Rule, ...] = (
         "its plugins ship (docs/launchers.md lists them).",
     ),
     Rule(
+        r"hydra\.sweeper\.direction",
+        lambda f, c: not isinstance(f.value, list) or len(f.value) == 1,
+        "each run returns one number (its val_accuracy), so an Optuna search has one direction: maximize (as "
+        "hydra/sweeper=optuna_accuracy does) or minimize; several directions need as many numbers from every "
+        "trial, and every trial would fail.",
+        about_code=False,
+    ),
+    Rule(
         r"hydra\.sweeper\.custom_search_space",
         lambda f, c: f.value is None,
         "a search space is given with hydra.sweeper.params, not by a function.",
@@ -468,7 +479,9 @@ RULES: Tuple[Rule, ...] = (
         r"hydra\.launcher\.[^.\[]+",
         _launcher_field,
         "a launcher turns its settings into its jobs' command line, environment or script, so it may hold only "
-        "the fields docs/launchers.md lists for it.",
+        "the fields docs/launchers.md lists for it. To use another launcher, choose it on the command line "
+        "(hydra/launcher=joblib): an `override /hydra/launcher` in an experiment file does not replace the "
+        "runner's own choice (conf/config.yaml), so its settings land on the default launcher.",
     ),
     Rule(
         r"hydra\.launcher\.additional_parameters\.[^.\[]+",
@@ -550,7 +563,13 @@ def _swept(parser, arguments: list) -> Dict[str, List[str]]:
     for o in parser.parse_overrides(arguments):
         key = o.get_key_element()
         if o.is_interval_sweep():
-            lists[key] = [f"{key}={o.value().start}", f"{key}={o.value().end}"]
+            start, end = o.value().start, o.value().end
+            if start is not None and end is not None and start >= end:
+                raise ConfigError(
+                    f"{o.input_line!r} is refused: an interval goes from low to high, and this one is empty, so "
+                    f"the sweeper could sample nothing from it. Write interval({end}, {start})."
+                )
+            lists[key] = [f"{key}={start}", f"{key}={end}"]
         elif o.is_sweep_override():
             lists[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
         else:
@@ -596,6 +615,7 @@ def compose_like_hydra(app, args) -> list:
     overrides = list(args.overrides)
     with hydra_seam.composer(app.task, config_path, args.config_dir) as hydra:
         try:
+            check_no_option(hydra, overrides)
             base = hydra.compose(config_name, overrides, bool(args.multirun), validate_sweep=False)
             multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
             # As Hydra does once it knows the mode: `run=a,b` without -m is ambiguous, a swept hydra.* unsupported.
@@ -621,6 +641,27 @@ def compose_like_hydra(app, args) -> list:
         except COMPOSE_ERRORS as e:
             check_package_header(e)
             raise compose_error(e) from None
+
+
+def check_no_option(hydra, overrides: list) -> None:
+    """ConfigError for an override that leaves a config group the configuration needs without an option
+    (`logger=[]`, `logger=null`, `~model`): Hydra would report a missing value, far from its cause."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for o in OverridesParser.create().parse_overrides(overrides):
+        key = o.key_or_group
+        if o.is_sweep_override() or key.startswith("hydra") or not hydra.is_group(key):
+            continue
+        if o.is_delete() or o.value() in (None, []):
+            hint = (
+                " metrics.csv is written whichever loggers are chosen; logger=csv (the default) is that alone."
+                if key == "logger"
+                else ""
+            )
+            raise ConfigError(
+                f"{o.input_line!r} leaves the config group {key} with no option, and the run needs one "
+                f"(`runner-configs ls` lists them).{hint}"
+            )
 
 
 def _may_change_hydra(hydra, key: str) -> bool:
