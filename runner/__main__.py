@@ -1,17 +1,31 @@
 """`runner-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
 typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
-import logging
-import os
-from typing import Optional
+import signal
+import sys
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 
-from runner.cli.app import entry_point
-from runner.config.schema import register
-from runner.rundir.claim import check_run_dir
-from runner.rundir.lock import check_free
+def _terminated_while_starting(signum, frame):
+    # Python's default for SIGTERM ends the process silently (rc -15); the imports below take seconds, and
+    # the CLI installs its own handler (runner/cli/app.py entry_point) only after them.
+    print("Interrupted by SIGTERM (signal 15).", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
+
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _terminated_while_starting)
+
+import logging  # noqa: E402
+import os  # noqa: E402
+from typing import Optional  # noqa: E402
+
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+
+from runner.cli.app import entry_point  # noqa: E402
+from runner.config.schema import register  # noqa: E402
+from runner.rundir.claim import check_run_dir  # noqa: E402
+from runner.rundir.lock import check_free  # noqa: E402
 
 register()
 

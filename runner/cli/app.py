@@ -24,24 +24,32 @@ from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
 from runner.cli import hydra_seam
 from runner.errors import Interrupted, print_user_error, user_errors
 
-_interrupted = False
+# The signal (SIGINT or SIGTERM) that reached this process through the CLI's own handler; False: none.
+_interrupted: "int | bool" = False
 
 
 def interrupted() -> bool:
-    """Whether this process got SIGINT (Ctrl-C) from the console."""
-    return _interrupted
+    """Whether this process got SIGINT (Ctrl-C) or SIGTERM before a run's own handlers took over."""
+    return bool(_interrupted)
 
 
-def _on_sigint(signum, frame):
+def _on_signal(signum, frame):
     global _interrupted
-    _interrupted = True
+    _interrupted = signum
     raise KeyboardInterrupt
 
 
-def quiet_interrupt(signum: int = signal.SIGINT) -> None:
-    """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback."""
+# Kept for the sweep's job process (runner/cli/job_process.py): the same handler, under its old name.
+_on_sigint = _on_signal
+
+
+def quiet_interrupt(signum: "int | None" = None) -> None:
+    """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback. Without
+    signum: the signal the CLI's handler saw (SIGINT when none was recorded: Python's own Ctrl-C)."""
     from runner.errors import signal_name
 
+    if signum is None:
+        signum = int(_interrupted) if _interrupted else int(signal.SIGINT)
     print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
 
@@ -51,7 +59,7 @@ def interrupt_signal():
     name = isolated_launcher.interruption()["signal"]
     if name is not None:
         return int(signal.Signals[name])
-    return int(signal.SIGINT) if _interrupted else None
+    return int(_interrupted) if _interrupted else None
 
 
 def prints_only(argv) -> bool:
@@ -155,7 +163,11 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
         # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
         # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
-        signal.signal(signal.SIGINT, _on_sigint)
+        # SIGTERM as well: its default ends the process at once, silently (rc -15), in the seconds before a
+        # run's own handlers (runner/training/checkpoints.py) take over, and a subprocess it waits on (the
+        # onednn build) is left running; as an exception it unwinds and ends as 143, the signal named.
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
         argv = sys.argv[1:]
         prints = prints_only(argv)
         if prints:
