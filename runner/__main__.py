@@ -1,63 +1,48 @@
 """`runner-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
 typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
-import logging
-import math
-import os
+import signal
 import sys
-import traceback
-from typing import Optional
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 
-from runner.cli.app import entry_point, interrupted, quiet_interrupt
-from runner.config.schema import register
-from runner.errors import Interrupted, print_user_error, user_errors
-from runner.rundir.atomic import write_json
-from runner.rundir.claim import check_run_dir
-from runner.rundir.layout import RunDir
-from runner.rundir.lock import check_free
+def _terminated_while_starting(signum, frame):
+    # Python's default for SIGTERM ends the process silently (rc -15); the imports below take seconds, and
+    # the CLI installs its own handler (runner/cli/app.py entry_point) only after them.
+    print("Interrupted by SIGTERM (signal 15).", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
+
+
+if __name__ == "__main__" and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _terminated_while_starting)
+
+import logging  # noqa: E402
+import os  # noqa: E402
+from typing import Optional  # noqa: E402
+
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+
+from runner.cli.app import entry_point  # noqa: E402
+from runner.config.schema import register  # noqa: E402
+from runner.rundir.claim import check_run_dir  # noqa: E402
+from runner.rundir.lock import check_free  # noqa: E402
 
 register()
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="config")
 def main(cfg) -> Optional[float]:
-    # A log line that cannot be written (disk full) must not print a traceback of its own: the
-    # failure that matters is reported as one paragraph below.
-    logging.raiseExceptions = False
-    try:
-        from runner import api
+    """Train one run (or one job of a sweep) from the composed config; return its val_accuracy for a sweeper.
+    Errors are reported by runner/cli/app.py `handled`."""
+    from runner import api
 
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            from runner.report.outputs import tag_job_records
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        from runner.report.outputs import tag_job_records
 
-            tag_job_records(HydraConfig.get().job.num)
-        metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
-        if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
-            discard_run_dir(HydraConfig.get().runtime.output_dir)
-        return metrics.val_accuracy if metrics is not None else None
-    except Interrupted as e:
-        raise SystemExit(e.exit_code) from None
-    except Exception as e:
-        if interrupted():  # Ctrl-C inside an import surfaces as some other error
-            quiet_interrupt()
-        mine = isinstance(e, user_errors())
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            if not mine:
-                raise
-            print_user_error(e)
-            sys.exit(2)
-        # In a sweep a failed job is recorded for the summary (runner/report/sweep.py) and the others go on.
-        if mine:
-            print_user_error(e)
-        else:
-            traceback.print_exc()
-        job_dir = HydraConfig.get().runtime.output_dir
-        write_json(RunDir(job_dir).failed, {"error": str(e), "error_type": type(e).__name__})
-        return math.nan
+        tag_job_records(HydraConfig.get().job.num)
+    metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
+    if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
+        discard_run_dir(HydraConfig.get().runtime.output_dir)
+    return metrics.val_accuracy if metrics is not None else None
 
 
 def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
@@ -93,7 +78,7 @@ def discard_run_dir(run_dir: str) -> None:
 
 
 # check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.
-train = entry_point(main, check_free, before_run=before_run)
+train = entry_point(main, check_free, config_name="config", before_run=before_run)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def _process_state_restored():
     from hydra_plugins.runner_launcher import isolated_launcher
 
     argv, environ, cwd = list(sys.argv), dict(os.environ), os.getcwd()
-    sigint = signal.getsignal(signal.SIGINT)
+    sigint, sigterm = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     loggers = [logging.getLogger()] + [
         lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
     ]
@@ -111,6 +111,7 @@ def _process_state_restored():
         os.environ.update(environ)
         os.chdir(cwd)
         signal.signal(signal.SIGINT, sigint)
+        signal.signal(signal.SIGTERM, sigterm)
         for lg in [logging.getLogger()] + [
             lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
         ]:

@@ -17,12 +17,8 @@ def preflight_of(module: str, *argv):
     from runner.cli.preflight import preflight
 
     mod = importlib.import_module(module)
-    before_run = getattr(mod, "before_run", None)
-    if before_run is None:  # evaluate, predict, export
-        from runner.rundir.saved_run import own_new_dir
-
-        before_run = own_new_dir(module.rsplit(".", 1)[1])
-    preflight(mod.main, list(argv), before_run)
+    cli = mod.train if module == "runner.__main__" else mod.cli
+    preflight(cli.app, list(argv))
 
 
 @pytest.fixture

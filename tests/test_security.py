@@ -3,6 +3,7 @@
 
 import os
 import pickle
+import re
 
 import pytest
 from conftest import REPO, cli_in_process, dry_run, run_cli
@@ -178,28 +179,24 @@ def test_hydra_defaults_and_project_targets_pass(tmp_path):
 
 
 def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
-    # The check composes through Hydra 1.3's internals; when those fail (another Hydra, a changed internal),
-    # nothing has been checked, so the command must refuse (one paragraph, exit 2), never run unchecked.
-    from hydra._internal.hydra import Hydra
-
-    from runner.__main__ import main
+    # The check composes through Hydra 1.3's internals (runner/cli/hydra_seam.py); when those fail (another
+    # Hydra, a changed internal), nothing has been checked, so the command must refuse (one paragraph, exit 2),
+    # never run unchecked.
+    from runner.__main__ import train
+    from runner.cli import hydra_seam
     from runner.cli.preflight import preflight
     from runner.errors import ConfigError
-
-    def undecorated(cfg):  # @hydra.main's settings cannot be read from it
-        return None
-
-    with pytest.raises(ConfigError, match="pre-flight check of the configuration could not run.*TypeError"):
-        preflight(undecorated, ["amp=o2"])
 
     def changed(*args, **kwargs):
         raise AttributeError("'Hydra' has no attribute 'create_main_hydra2'")
 
-    monkeypatch.setattr(Hydra, "create_main_hydra2", changed)
+    monkeypatch.setattr(hydra_seam, "Composer", changed)
     with pytest.raises(ConfigError, match="refuses to start.*hydra-core"):
-        preflight(main, ["amp=o2"])
+        preflight(train.app, ["amp=o2"])
     monkeypatch.undo()
-    preflight(main, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config
+    preflight(train.app, ["amp=o2", f"hydra.run.dir={tmp_path}"])  # the check itself passes this config
+    proc = cli_in_process("amp=o2", f"hydra.run.dir={tmp_path / 'r'}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -208,12 +205,12 @@ def test_a_check_that_cannot_run_refuses_to_start(monkeypatch, tmp_path):
 
 def preflight_refuses(tmp_path, *argv, match):
     """preflight() on argv (with an experiment dir at tmp_path/extra) raises ConfigError matching `match`."""
-    from runner.__main__ import main
+    from runner.__main__ import train
     from runner.cli.preflight import preflight
     from runner.errors import ConfigError
 
     with pytest.raises(ConfigError, match=match):
-        preflight(main, ["--config-dir", str(tmp_path / "extra"), *argv])
+        preflight(train.app, ["--config-dir", str(tmp_path / "extra"), *argv])
 
 
 def experiment(tmp_path, name: str, text: str) -> str:
@@ -264,10 +261,10 @@ def test_every_combination_of_a_sweep_is_checked(tmp_path):
     )
     sweep = f"hydra.sweep.dir={tmp_path / 's'}"
     preflight_refuses(tmp_path, "-m", exp, "seed=1,2", "epochs=1,3", sweep, match=r"_target_='shutil.copyfile'")
-    from runner.__main__ import main
+    from runner.__main__ import train
     from runner.cli.preflight import preflight
 
-    preflight(main, ["--config-dir", str(tmp_path / "extra"), "-m", exp, "seed=3,4", "epochs=1,2", sweep])
+    preflight(train.app, ["--config-dir", str(tmp_path / "extra"), "-m", exp, "seed=3,4", "epochs=1,2", sweep])
 
 
 @pytest.mark.parametrize(
@@ -297,10 +294,10 @@ def test_env_set_takes_only_harmless_names(tmp_path, name):
     experiment(tmp_path, "unused", "")
     run = f"hydra.run.dir={tmp_path / 'r'}"
     preflight_refuses(tmp_path, f"+hydra.job.env_set.{name}=x", run, match=f"hydra.job.env_set.{name}='x' is refused")
-    from runner.__main__ import main
+    from runner.__main__ import train
     from runner.cli.preflight import preflight
 
-    preflight(main, ["+hydra.job.env_set.OMP_NUM_THREADS=2", run])
+    preflight(train.app, ["+hydra.job.env_set.OMP_NUM_THREADS=2", run])
 
 
 @pytest.mark.parametrize(
@@ -320,7 +317,8 @@ def test_hydras_own_composition_errors_are_the_users_mistake(module, args, messa
     from runner.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message) as e:
-        preflight(importlib.import_module(module).main, args)
+        mod = importlib.import_module(module)
+        preflight((mod.train if module == "runner.__main__" else mod.cli).app, args)
     assert "\n" not in str(e.value)
 
 
@@ -335,3 +333,157 @@ def test_a_line_break_in_a_launcher_setting_is_refused(tmp_path, marker):
     preflight_refuses(
         tmp_path, "-m", "hydra/launcher=submitit_slurm", exp, "seed=1,2", sweep, match="additional_parameters.comment"
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a launcher turns into its jobs' environment, command line or script (docs/launchers.md).
+
+SLURM = ("-m", "hydra/launcher=submitit_slurm", "seed=1,2")
+
+
+def test_ld_preload_through_slurm_directives_is_refused_from_the_command_line(tmp_path):
+    # The issue's example: `#SBATCH --export=ALL,LD_PRELOAD=/x/evil.so` in every job script.
+    proc = cli_in_process(
+        *SLURM,
+        '+hydra.launcher.additional_parameters.export="ALL,LD_PRELOAD=/x/evil.so"',
+        f"hydra.sweep.dir={tmp_path / 's'}",
+    )
+    refused(proc, "hydra.launcher.additional_parameters.export='ALL,LD_PRELOAD=/x/evil.so'")
+    assert "#SBATCH directives" in proc.stderr and not (tmp_path / "s").exists()
+
+
+def test_ld_preload_through_slurm_directives_is_refused_from_an_experiment_file(tmp_path):
+    exp = experiment(
+        tmp_path, "x", 'hydra:\n  launcher:\n    additional_parameters:\n      export: "ALL,LD_PRELOAD=/x/evil.so"\n'
+    )
+    proc = cli_in_process("--config-dir", tmp_path / "extra", *SLURM, exp, f"hydra.sweep.dir={tmp_path / 's'}")
+    refused(proc, "hydra.launcher.additional_parameters.export='ALL,LD_PRELOAD=/x/evil.so'")
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("+hydra.launcher.srun_args=['--export=ALL,LD_PRELOAD=/x/evil.so']", "hydra.launcher.srun_args"),
+        ("+hydra.launcher.teardown=[touch /tmp/x]", "hydra.launcher.teardown"),
+        ("hydra.launcher.setup=['export LD_PRELOAD=/x/evil.so']", "hydra.launcher.setup"),
+        (
+            "+hydra.launcher.additional_parameters.export-file=/x/env",
+            "hydra.launcher.additional_parameters.export-file",
+        ),
+        ("+hydra.launcher.additional_parameters.get_user_env=1", "hydra.launcher.additional_parameters.get_user_env"),
+        ("+hydra.launcher.additional_parameters.chdir=/tmp", "hydra.launcher.additional_parameters.chdir"),
+    ],
+)
+def test_a_slurm_field_that_could_carry_code_is_refused(tmp_path, override, key):
+    experiment(tmp_path, "unused", "")
+    preflight_refuses(tmp_path, *SLURM, override, f"hydra.sweep.dir={tmp_path / 's'}", match=f"{re.escape(key)}=")
+
+
+def test_the_listed_slurm_fields_pass_the_rules(tmp_path):
+    # The rules pass it; then only the missing Slurm (no sbatch here) refuses it, with its own message.
+    experiment(tmp_path, "unused", "")
+    preflight_refuses(
+        tmp_path,
+        *SLURM,
+        "hydra.launcher.partition=gpu",
+        "+hydra.launcher.additional_parameters.mail-type=END",
+        "+hydra.launcher.additional_parameters.time=60",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+        match="needs Slurm",
+    )
+
+
+@pytest.mark.parametrize(
+    "launcher,override",
+    [
+        ("isolated", "+hydra.launcher.env={LD_PRELOAD: /x/evil.so}"),
+        ("basic", "+hydra.launcher.n_jobs=2"),
+        ("submitit_local", "+hydra.launcher.setup=[touch /tmp/x]"),
+        ("joblib", "+hydra.launcher.initializer=os.system"),
+    ],
+)
+def test_a_field_a_launcher_does_not_have_is_refused(tmp_path, launcher, override):
+    experiment(tmp_path, "unused", "")
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    key = override.split("=", 1)[0].lstrip("+")
+    preflight_refuses(tmp_path, "-m", f"hydra/launcher={launcher}", "seed=1,2", override, sweep, match=re.escape(key))
+
+
+def test_joblibs_temp_folder_stays_inside_the_sweep_dir(tmp_path):
+    experiment(tmp_path, "unused", "")
+    sweep = f"hydra.sweep.dir={tmp_path / 's'}"
+    args = ("-m", "hydra/launcher=joblib", "seed=1,2", sweep)
+    preflight_refuses(tmp_path, *args, f"hydra.launcher.temp_folder={tmp_path}", match="inside the sweep directory")
+    from runner.__main__ import train
+    from runner.cli.preflight import preflight
+
+    preflight(train.app, [*args, f"hydra.launcher.temp_folder={tmp_path / 's' / 'joblib'}"])
+
+
+def test_env_copy_takes_only_harmless_names(tmp_path, monkeypatch):
+    # Hydra copies the variable from the environment into env_set when it composes.
+    monkeypatch.setenv("PYTHONSTARTUP", "/x/evil.py")
+    experiment(tmp_path, "unused", "")
+    run = f"hydra.run.dir={tmp_path / 'r'}"
+    preflight_refuses(tmp_path, "hydra.job.env_copy=[PYTHONSTARTUP]", run, match=r"PYTHONSTARTUP.* is refused")
+
+
+def test_a_hydra_group_option_outside_the_list_is_refused(tmp_path):
+    # A --config-dir may add options under hydra/: only the shipped names are chosen.
+    (tmp_path / "extra" / "hydra" / "launcher").mkdir(parents=True)
+    (tmp_path / "extra" / "hydra" / "launcher" / "mine.yaml").write_text(
+        "_target_: hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher\n"
+    )
+    preflight_refuses(
+        tmp_path,
+        "-m",
+        "hydra/launcher=mine",
+        "seed=1,2",
+        f"hydra.sweep.dir={tmp_path / 's'}",
+        match=r"hydra.runtime.choices.hydra/launcher='mine' is refused",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# What the sweeper or the configuration cannot do, refused before the first job.
+
+
+def test_a_multi_objective_optuna_search_is_refused_before_the_first_trial(tmp_path):
+    sweep = tmp_path / "s"
+    proc = cli_in_process(
+        "-m", "hydra/sweeper=optuna_accuracy", "hydra.sweeper.direction=[maximize,minimize]", f"hydra.sweep.dir={sweep}"
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "hydra.sweeper.direction=['maximize', 'minimize'] is refused: each run returns one number" in " ".join(
+        proc.stderr.split()
+    )
+    assert not sweep.exists()
+
+
+def test_an_interval_given_high_to_low_is_refused(tmp_path):
+    proc = cli_in_process(
+        "-m", "hydra/sweeper=optuna_accuracy", "optim.lr=interval(0.3,0.01)", f"hydra.sweep.dir={tmp_path / 's'}"
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Write interval(0.01, 0.3)" in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_a_launcher_chosen_in_an_experiment_file_is_one_paragraph(tmp_path):
+    # Its fields land on the runner's default launcher (conf/config.yaml chooses it): refused, with the fix.
+    exp = experiment(
+        tmp_path, "x", "defaults:\n  - override /hydra/launcher: joblib\nhydra:\n  launcher:\n    n_jobs: 2\n"
+    )
+    proc = cli_in_process(
+        "--config-dir", tmp_path / "extra", "-m", exp, "seed=1,2", f"hydra.sweep.dir={tmp_path / 's'}"
+    )
+    refused(proc, "hydra.launcher.n_jobs=2")
+    assert "choose it on the command line (hydra/launcher=joblib)" in " ".join(proc.stderr.split())
+
+
+@pytest.mark.parametrize("override", ["logger=[]", "logger=null", "~logger"])
+def test_no_logger_at_all_is_refused_with_the_reason(tmp_path, override):
+    proc = cli_in_process(override, f"hydra.run.dir={tmp_path / 'r'}")
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"'{override}' leaves the config group logger with no option" in text and "hydra-core" not in text
+    assert "logger=csv (the default) is that alone" in text and not (tmp_path / "r").exists()

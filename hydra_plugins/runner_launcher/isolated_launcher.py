@@ -109,10 +109,10 @@ class IsolatedLauncher(Launcher):
             result = None
         if result is not None:
             ret.working_dir, ret.task_name = result["working_dir"], result["task_name"]
-            ret._return_value = result["return_value"]
+            ret.return_value = result["return_value"]
             if result["error"] is not None:
                 _record_failure(result["output_dir"], result["error"])
-                ret._return_value = math.nan
+                ret.return_value = math.nan
         else:
             if signum is not None:
                 job_dir = _job_dir(cfg)
@@ -125,12 +125,12 @@ class IsolatedLauncher(Launcher):
                 if returncode < 0:
                     why += f" ({signal.Signals(-returncode).name})"
                 _record_failure(_job_dir(cfg), why + " before reporting a result")
-            ret._return_value = math.nan
+            ret.return_value = math.nan
         return ret
 
     def _not_started(self, overrides: list) -> JobReturn:
         ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
-        ret._return_value = math.nan
+        ret.return_value = math.nan
         return ret
 
 
@@ -164,14 +164,10 @@ class _Forward(Exception):
 
 
 def _job_dir(cfg) -> str:
-    from hydra.core.hydra_config import HydraConfig
+    from runner.cli.hydra_seam import hydra_config_set
 
-    previous = HydraConfig.instance().cfg
-    HydraConfig.instance().set_config(cfg)  # the subdir may use ${hydra:job.num}-style values
-    try:
+    with hydra_config_set(cfg):  # the subdir may use ${hydra:job.num}-style values
         return os.path.join(str(cfg.hydra.sweep.dir), str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
-    finally:
-        HydraConfig.instance().cfg = previous
 
 
 def _record_failure(job_dir: str, error: str, kind: str = "JobProcessError") -> None:

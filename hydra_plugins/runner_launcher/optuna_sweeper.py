@@ -25,6 +25,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from runner.cli.hydra_seam import OPTUNA_IMPL_LOGGER, optuna_impl
+
 log = logging.getLogger(__name__)
 
 # What a failed job returns to the plugin: not a number, so it records a failed trial (the job has
@@ -49,10 +51,12 @@ class _Trials(Launcher):
                 continue
             value = ret.return_value
             if isinstance(value, float) and math.isnan(value):
-                returns[i] = replace(ret, _return_value=FAILED)
+                returns[i] = replace(ret)
+                returns[i].return_value = FAILED
             elif value is None and self.dry_run:
                 self.validated += 1
-                returns[i] = replace(ret, _return_value=0.0)  # a placeholder: no result is recorded
+                returns[i] = replace(ret)
+                returns[i].return_value = 0.0  # a placeholder: no result is recorded
         return returns
 
 
@@ -97,10 +101,10 @@ class OptunaSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         assert self.config is not None
         dry_run = bool(self.config.get("dry_run"))
-        impl = self.plugin.sweeper
+        impl = optuna_impl(self.plugin)
         assert impl.launcher is not None
         impl.launcher = trials = _Trials(impl.launcher, dry_run)
-        plugin_log = logging.getLogger("hydra_plugins.hydra_optuna_sweeper._impl")
+        plugin_log = logging.getLogger(OPTUNA_IMPL_LOGGER)
         quiet = _Quiet(dry_run)
         plugin_log.addFilter(quiet)
         try:

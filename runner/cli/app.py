@@ -1,37 +1,55 @@
-"""What every command of the runner does around its `@hydra.main` function: the console scripts
+"""What every command of the runner does around its Hydra task: the console scripts
 (pyproject.toml `[project.scripts]`) and `python -m runner` both start here.
 
-A runner app is a module with a `@hydra.main(config_path="pkg://runner.conf", ...)` function `main` and one line
-`cli = entry_point(main)`; its console script is one line in pyproject.toml (`runner-<name> =
-"runner.<module>:cli"`), and Hydra's shell completion works for it like for `runner-train`.
-`python -m runner.<module>` runs the same `cli()`.
+A runner app is a module with a task function `main(cfg)` and one line `cli = entry_point(main,
+config_name="<name>")`; entry_point applies `hydra.main` itself (conf/ is the package's, runner/cli/hydra_seam.py
+CONFIG_PATH), so it knows the app's config path and name, and wraps the task in the one error handler
+(`handled`). Its console script is one line in pyproject.toml (`runner-<name> = "runner.<module>:cli"`), and
+Hydra's shell completion works for it like for `runner-train`. `python -m runner.<module>` runs the same `cli()`.
 """
 
+import functools
+import logging
+import math
 import os
 import signal
 import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import hydra
 
 from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
-from runner.errors import print_user_error, user_errors
+from runner.cli import hydra_seam
+from runner.errors import Interrupted, print_user_error, user_errors
 
-_interrupted = False
+# The signal (SIGINT or SIGTERM) that reached this process through the CLI's own handler; False: none.
+_interrupted: "int | bool" = False
 
 
 def interrupted() -> bool:
-    """Whether this process got SIGINT (Ctrl-C) from the console."""
-    return _interrupted
+    """Whether this process got SIGINT (Ctrl-C) or SIGTERM before a run's own handlers took over."""
+    return bool(_interrupted)
 
 
-def _on_sigint(signum, frame):
+def _on_signal(signum, frame):
     global _interrupted
-    _interrupted = True
+    _interrupted = signum
     raise KeyboardInterrupt
 
 
-def quiet_interrupt(signum: int = signal.SIGINT) -> None:
-    """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback."""
+# Kept for the sweep's job process (runner/cli/job_process.py): the same handler, under its old name.
+_on_sigint = _on_signal
+
+
+def quiet_interrupt(signum: "int | None" = None) -> None:
+    """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback. Without
+    signum: the signal the CLI's handler saw (SIGINT when none was recorded: Python's own Ctrl-C)."""
     from runner.errors import signal_name
 
+    if signum is None:
+        signum = int(_interrupted) if _interrupted else int(signal.SIGINT)
     print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
 
@@ -41,59 +59,132 @@ def interrupt_signal():
     name = isolated_launcher.interruption()["signal"]
     if name is not None:
         return int(signal.Signals[name])
-    return int(signal.SIGINT) if _interrupted else None
+    return int(_interrupted) if _interrupted else None
 
 
 def prints_only(argv) -> bool:
     """Whether argv asks Hydra only to print (--help, --hydra-help, --cfg, --info, -sc shell completion)."""
-    from hydra._internal.utils import get_args_parser
-
     try:
-        args = get_args_parser().parse_args(argv)
+        args = hydra_seam.args_parser().parse_args(argv)
     except SystemExit:
         return False  # Hydra prints argparse's usage itself
     return bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion)
 
 
-def entry_point(task, *checks, before_run=None):
-    """The console-script function for a `@hydra.main` task: the command's own `checks(argv)`, the
-    pre-flight checks (runner/cli/preflight.py) with the command's `before_run(job config, output dir,
-    overrides, in_sweep)` (what must refuse before Hydra writes into the output directory), then Hydra.
+@dataclass(frozen=True)
+class HydraApp:
+    """One command as Hydra sees it: its task function and the config it composes (conf/<config_name>.yaml);
+    `before_run(job config, output dir, task overrides, in_sweep)` refuses before Hydra writes anything."""
+
+    task: Callable
+    config_name: str
+    config_path: str = hydra_seam.CONFIG_PATH
+    before_run: Optional[Callable] = field(default=None, compare=False)
+
+
+def in_sweep() -> bool:
+    """Whether the task runs as a job of a sweep (-m), where a failure is recorded and the others go on."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def handled(task: Callable) -> Callable:
+    """The task as every command runs it, here and in a sweep's job process: the one error handler.
+    A user's mistake (runner/errors.py user_errors) is one paragraph and exit 2; a signal that stopped a
+    run (Interrupted) exits 128 + the signal; in a sweep a failed job prints its error, leaves failed.json
+    for the summary (runner/report/sweep.py) and returns NaN, and the other jobs go on."""
+
+    @functools.wraps(task)
+    def run(cfg):
+        # A log line that cannot be written (disk full) must not print a traceback of its own: the
+        # failure that matters is reported as one paragraph below.
+        logging.raiseExceptions = False
+        try:
+            return task(cfg)
+        except Interrupted as e:
+            raise SystemExit(e.exit_code) from None
+        except Exception as e:
+            if interrupted():  # Ctrl-C inside an import surfaces as some other error
+                quiet_interrupt()
+            mine = isinstance(e, user_errors())
+            if not in_sweep():
+                if not mine:
+                    raise
+                print_user_error(e)
+                sys.exit(2)
+            _record_failed_job(e, mine)
+            return math.nan
+
+    return run
+
+
+def _record_failed_job(e: BaseException, mine: bool) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from runner.rundir.atomic import write_json
+    from runner.rundir.layout import RunDir
+
+    if mine:
+        print_user_error(e)
+    else:
+        traceback.print_exc()
+    write_json(RunDir(HydraConfig.get().runtime.output_dir).failed, {"error": str(e), "error_type": type(e).__name__})
+
+
+def _register_plugins() -> None:
+    from hydra.core.plugins import Plugins
+
+    # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
+    # install maps packages with an import hook instead, so the launcher is registered by hand.
+    Plugins.instance().register(isolated_launcher.IsolatedLauncher)
+    Plugins.instance().register(optuna_sweeper.OptunaSweeper)
+    optuna_sweeper.route_plugin_config()
+
+
+def entry_point(task, *checks: Callable, config_name: str, before_run=None):
+    """The console-script function for a task `main(cfg)` composed from conf/<config_name>.yaml: the
+    command's own `checks(argv)`, the pre-flight checks (runner/cli/preflight.py) with the command's
+    `before_run(job config, output dir, overrides, in_sweep)` (what must refuse before Hydra writes into the
+    output directory), then `hydra.main` on the task wrapped in `handled`.
 
     Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 128 + the signal that
     stopped it (130 Ctrl-C, 143 SIGTERM).
     """
+    app = HydraApp(task=task, config_name=config_name, before_run=before_run)
+    hydra_main = hydra.main(version_base=hydra_seam.VERSION_BASE, config_path=app.config_path, config_name=config_name)
+    run_hydra = hydra_main(handled(task))
 
     def cli() -> None:
-        from hydra.core.plugins import Plugins
-
         from runner.cli.preflight import preflight
 
-        # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
-        # install maps packages with an import hook instead, so the launcher is registered by hand.
-        Plugins.instance().register(isolated_launcher.IsolatedLauncher)
-        Plugins.instance().register(optuna_sweeper.OptunaSweeper)
-        optuna_sweeper.route_plugin_config()
+        _register_plugins()
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
         # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
         # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
-        signal.signal(signal.SIGINT, _on_sigint)
-        prints = prints_only(sys.argv[1:])
+        # SIGTERM as well: its default ends the process at once, silently (rc -15), in the seconds before a
+        # run's own handlers (runner/training/checkpoints.py) take over, and a subprocess it waits on (the
+        # onednn build) is left running; as an exception it unwinds and ends as 143, the signal named.
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
+        argv = sys.argv[1:]
+        prints = prints_only(argv)
         if prints:
             # `runner-evaluate -sc install=bash | head`: Hydra reports a BrokenPipeError as a traceback
             # of its own; a printing command dies of SIGPIPE quietly like any Unix tool. (Not for a
             # training run, which must end by its own rules, whatever reads its output.)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         try:
-            # The command's own checks (the run= it needs) are for running it, not for Hydra's printing flags.
             try:
+                # The command's own checks (the run= it needs) are for running it, not for Hydra's printing flags.
                 for check in () if prints else checks:
-                    check(sys.argv[1:])
-                preflight(task, sys.argv[1:], before_run)
+                    check(argv)
+                preflight(app, argv)
             except user_errors() as e:
                 print_user_error(e)
                 sys.exit(2)
-            task()
+            run_hydra()
         except KeyboardInterrupt:
             quiet_interrupt()
         except BrokenPipeError:
@@ -112,5 +203,14 @@ def entry_point(task, *checks, before_run=None):
             quiet_interrupt(stopped_by)
         sys.exit(1 if failed_jobs() else 0)
 
-    cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__}."
+    cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__} (conf/{config_name}.yaml)."
+    cli.app = app  # type: ignore[attr-defined]
     return cli
+
+
+def job_task(module: str, name: str) -> Callable:
+    """The task a sweep's job process runs, wrapped in `handled` as entry_point wraps it: `name` is the
+    task function's name in `module` (hydra_plugins/runner_launcher/isolated_launcher.py task_reference)."""
+    import importlib
+
+    return handled(getattr(importlib.import_module(module), name))

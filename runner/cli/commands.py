@@ -8,48 +8,29 @@ command line; here a user's mistake becomes one paragraph and exit status 2.
 
 import argparse
 import sys
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, List, Optional
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 
 from runner import configs as configs_module
 from runner.cli.app import entry_point
-from runner.errors import ConfigError, print_user_error, user_errors
+from runner.errors import ConfigError, print_user_error
 from runner.evaluate import evaluate as evaluate_run
 from runner.export import export as export_run
 from runner.predict import predict as predict_run
 from runner.rundir.saved_run import check_run_argument, own_new_dir
 
 
-@contextmanager
-def reported_errors() -> Iterator[None]:
-    """A user's mistake (the runner's, datasets' or models' error types) ends the command with one
-    paragraph and exit status 2, never a traceback."""
-    try:
-        yield
-    except user_errors() as e:
-        print_user_error(e)
-        sys.exit(2)
-
-
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="evaluate")
 def evaluate_task(app: Any) -> float:
-    with reported_errors():
-        return evaluate_run(app, HydraConfig.get().runtime.output_dir).top1
+    return evaluate_run(app, HydraConfig.get().runtime.output_dir).top1
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="predict")
 def predict_task(app: Any) -> None:
-    with reported_errors():
-        predict_run(app, HydraConfig.get().runtime.output_dir)
+    predict_run(app, HydraConfig.get().runtime.output_dir)
 
 
-@hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="export")
 def export_task(app: Any) -> None:
-    with reported_errors():
-        export_run(app, HydraConfig.get().runtime.output_dir)
+    export_run(app, HydraConfig.get().runtime.output_dir)
 
 
 def _needs_run(command: str) -> Callable[[List[str]], None]:
@@ -57,9 +38,12 @@ def _needs_run(command: str) -> Callable[[List[str]], None]:
     return lambda argv: check_run_argument(argv, command)
 
 
-evaluate = entry_point(evaluate_task, _needs_run("evaluate"), before_run=own_new_dir("evaluate"))
-predict = entry_point(predict_task, _needs_run("predict"), before_run=own_new_dir("predict"))
-export = entry_point(export_task, _needs_run("export"), before_run=own_new_dir("export"))
+# entry_point applies hydra.main to each task and wraps it in the one error handler (runner/cli/app.py).
+evaluate = entry_point(
+    evaluate_task, _needs_run("evaluate"), config_name="evaluate", before_run=own_new_dir("evaluate")
+)
+predict = entry_point(predict_task, _needs_run("predict"), config_name="predict", before_run=own_new_dir("predict"))
+export = entry_point(export_task, _needs_run("export"), config_name="export", before_run=own_new_dir("export"))
 
 
 def configs_main(argv: Optional[List[str]] = None) -> int:

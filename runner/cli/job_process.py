@@ -4,34 +4,30 @@ Runs Hydra's own run_job on the composed job config, so the job directory, .hydr
 and the job callbacks are exactly what the basic launcher gives, and writes back the result.
 """
 
-import importlib
-import inspect
 import pickle
 import signal
 import sys
 import traceback
 
-from hydra.core.utils import JobStatus, run_job, setup_globals
+from hydra.core.utils import run_job, setup_globals
 from hydra.types import HydraContext
 
 
 def main(job_file: str) -> None:
     """Load the job, run it through Hydra, pickle (status, value, error, dirs) for the launcher."""
-    from hydra._internal.callbacks import Callbacks
-
-    from runner.cli.app import _on_sigint
+    from runner.cli.app import _on_sigint, job_task
+    from runner.cli.hydra_seam import job_callbacks, job_error
 
     signal.signal(signal.SIGINT, _on_sigint)  # Ctrl-C during an import ends the job quietly too
 
     with open(job_file, "rb") as f:
         job = pickle.load(f)
-    module, name = job["task"]
-    task = inspect.unwrap(getattr(importlib.import_module(module), name))  # the function under @hydra.main
+    task = job_task(*job["task"])  # the task as entry_point runs it, in the same error handler
     setup_globals()
     cfg = job["config"]
     # run_job reads only the callbacks from the context; the config is already composed.
     ret = run_job(
-        hydra_context=HydraContext(config_loader=None, callbacks=Callbacks(cfg)),
+        hydra_context=HydraContext(config_loader=None, callbacks=job_callbacks(cfg)),
         task_function=task,
         config=cfg,
         job_dir_key="hydra.sweep.dir",
@@ -39,12 +35,12 @@ def main(job_file: str) -> None:
     )
     error = None
     value = None
-    if ret.status == JobStatus.FAILED:
-        exc = ret._return_value
+    exc = job_error(ret)
+    if exc is not None:
         error = f"{type(exc).__name__}: {exc}"
         traceback.print_exception(exc, file=sys.stderr)
     else:
-        value = ret._return_value
+        value = ret.return_value
         try:
             pickle.dumps(value)
         except Exception:

@@ -17,11 +17,16 @@ import itertools
 import os
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
+from runner.cli import hydra_seam
 from runner.config.callables import refuse, target_allowed, target_refusal
 from runner.config.tree import walk
 from runner.errors import ConfigError
@@ -51,40 +56,42 @@ LOGGING_NODES = ("job_logging", "hydra_logging")
 
 
 @contextmanager
-def at_run_time(cfg, job_num: int, multirun: bool):
+def at_run_time(cfg, job_num: int, multirun: bool, output_dir: Optional[str] = None):
     """A copy of a composed config with what Hydra sets before it acts on it, as run_job sets it: the
-    job's number (a sweep's launcher) and hydra.runtime.output_dir (left unset when it cannot be resolved:
-    then whatever reads it cannot be resolved either, and is refused), and HydraConfig set to it, so
-    `${hydra:...}` resolves as it will in the job. A single run and a sweep's own process get number 0:
-    a number or a path filled in here can never pass for an allowed callable."""
-    from hydra.core.hydra_config import HydraConfig
+    job's number (a sweep's launcher) and hydra.runtime.output_dir (output_dir when given; left unset when it
+    cannot be resolved: then whatever reads it cannot be resolved either, and is refused), and HydraConfig
+    set to it, so `${hydra:...}` resolves as it will in the job. A single run and a sweep's own process get
+    number 0: a number or a path filled in here can never pass for an allowed callable."""
     from omegaconf import read_write
 
-    previous = HydraConfig.instance().cfg
     cfg = copy.deepcopy(cfg)
-    try:
-        with read_write(cfg.hydra):
-            cfg.hydra.job.num = job_num
-            cfg.hydra.job.id = str(job_num)
-        HydraConfig.instance().set_config(cfg)
+    with read_write(cfg.hydra):
+        cfg.hydra.job.num = job_num
+        cfg.hydra.job.id = str(job_num)
+    with hydra_seam.hydra_config_set(cfg):
         try:
-            out = os.path.join(cfg.hydra.sweep.dir, str(cfg.hydra.sweep.subdir)) if multirun else cfg.hydra.run.dir
+            if output_dir is None:
+                out = os.path.join(cfg.hydra.sweep.dir, str(cfg.hydra.sweep.subdir)) if multirun else cfg.hydra.run.dir
+                output_dir = os.path.abspath(str(out))
             with read_write(cfg.hydra):
-                cfg.hydra.runtime.output_dir = os.path.abspath(str(out))
-            HydraConfig.instance().set_config(cfg)
+                cfg.hydra.runtime.output_dir = output_dir
         except OmegaConfBaseException:
             pass
-        yield cfg
-    finally:
-        HydraConfig.instance().cfg = previous
+        with hydra_seam.hydra_config_set(cfg):
+            yield cfg
 
 
 def _as_written(overrides) -> list:
     """Override strings as the user typed them: `${...}` inside one is text, not resolved here."""
-    from omegaconf import OmegaConf
-
     typed = OmegaConf.to_container(overrides, resolve=False) if overrides is not None else []
     return [str(o) for o in typed] if isinstance(typed, list) else []
+
+
+def _raw(node, key: str):
+    """node[key] as written: `${...}` stays text, `???` stays `???` (a container as plain dicts and lists)."""
+    raw = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(raw, dict)
+    return raw[key]
 
 
 # The command line as typed, kept as text under hydra.*: a value like optim.lr=${x} is text there (Hydra
@@ -94,20 +101,25 @@ AS_TYPED = ("overrides", "job.override_dirname")
 
 def _resolved_except(node, as_typed, prefix: str = "") -> dict:
     """node as plain containers, resolved, except the dotted paths in as_typed (kept as written)."""
-    from omegaconf import OmegaConf
-
     out = {}
     for key in node.keys():
         path = f"{prefix}{key}"
         if path in as_typed:
-            child = node._get_node(key)
-            out[key] = OmegaConf.to_container(child, resolve=False) if OmegaConf.is_config(child) else child._value()
+            out[key] = _raw(node, key)
         elif any(t.startswith(path + ".") for t in as_typed):
             out[key] = _resolved_except(node[key], as_typed, path + ".")
         else:
             child = node[key]
             out[key] = OmegaConf.to_container(child, resolve=True) if OmegaConf.is_config(child) else child
     return out
+
+
+def _unresolvable(e: OmegaConfBaseException) -> ConfigError:
+    where = getattr(e, "full_key", None) or "hydra"
+    return ConfigError(
+        f"{where} cannot be resolved before Hydra runs ({str(e).splitlines()[0].strip()}), so what "
+        "it names cannot be checked, and the command refuses to start. Give it a literal value."
+    )
 
 
 def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = False) -> dict:
@@ -117,7 +129,7 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
     only the job can resolve; it is left as written where it cannot be resolved. printing: the command only
     prints (--help, --cfg, --info): a required top-level value it lacks (`runner-evaluate --help` has no
     run= for hydra.run.dir's ${run}) stands in as `<run>`, so the rest is checked as usual."""
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
 
     if printing:
         cfg = copy.deepcopy(cfg)
@@ -137,153 +149,396 @@ def resolved(cfg, job_num: int = 0, multirun: bool = False, printing: bool = Fal
                 out[key] = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
             except OmegaConfBaseException as e:
                 if key == "hydra":
-                    where = getattr(e, "full_key", None) or "hydra"
-                    raise ConfigError(
-                        f"{where} cannot be resolved before Hydra runs ({str(e).splitlines()[0].strip()}), so what "
-                        "it names cannot be checked, and the command refuses to start. Give it a literal value."
-                    ) from None
-                node = cfg._get_node(key)
-                # A top-level value (evaluate's `run: ???`) is a leaf node, not a container.
-                out[key] = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node._value()
+                    raise _unresolvable(e) from None
+                out[key] = _raw(cfg, key)
         return out
 
 
-def _inside_sweep_dir(where: str, value, hydra: dict) -> None:
-    """Refuse a place a sweeper or launcher writes to (Optuna's study database, submitit's job files)
-    outside the sweep directory: nothing is written into a directory that is not the sweep's."""
-    sweep = os.path.abspath(str((hydra.get("sweep") or {}).get("dir")))
-    path = str(value)
-    if where == "hydra.sweeper.storage":
+# What Hydra acts on anew in every job of a sweep (the callbacks, the job's logging and environment, its
+# record and log file names); the launcher, the sweeper and Hydra's own logging act once, from the sweep's
+# config. Paths under `hydra`.
+PER_JOB = ("callbacks", "job_logging", "job.env_set", "job.env_copy", "job.name", "output_subdir")
+
+
+def _per_job_values(ran) -> dict:
+    return {path: _select(ran, f"hydra.{path}") for path in PER_JOB}
+
+
+def _select(cfg, path: str):
+    value = OmegaConf.select(cfg, path, throw_on_resolution_failure=True)
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def depends_on_the_job(cfg) -> bool:
+    """Whether what Hydra acts on in each job of a sweep (PER_JOB) can differ between the jobs of the sweep
+    whose own config is cfg, other than through a swept config group: it does unless those values resolve
+    without the job's part of the config and without the job's number and overrides, to what they are in
+    the sweep's config. When they do not depend on it, checking the sweep's config checks every job."""
+    from omegaconf import read_write
+
+    try:
+        with at_run_time(cfg, 0, True) as ran:
+            if OmegaConf.is_missing(ran.hydra.runtime, "output_dir"):
+                return True
+            output_dir = ran.hydra.runtime.output_dir
+            here = _per_job_values(ran)
+        alone = OmegaConf.create({})
+        alone.hydra = copy.deepcopy(cfg.hydra)  # keeps its type, as HydraConfig requires
+        with read_write(alone):
+            alone.hydra.job.override_dirname = "<the job's overrides>"
+            alone.hydra.overrides.task = ["<the job's overrides>"]
+        with at_run_time(alone, -1, True, output_dir) as ran:
+            return _per_job_values(ran) != here
+    except OmegaConfBaseException:
+        return True
+
+
+# ---------------------------------------------------------------------------------------------------
+# The rules: what a composed, resolved configuration may hold, each with its reason.
+
+
+@dataclass(frozen=True)
+class Found:
+    """One entry of the resolved config: its dotted path, its key and its value."""
+
+    where: str
+    key: Any
+    value: Any
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a rule may need besides the entry: the resolved `hydra` node, whether this is a sweep, and the
+    logging handlers Hydra's own configs use, their file names resolved for this run."""
+
+    hydra: dict
+    multirun: bool
+    handlers: list
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule on the entries whose dotted path fully matches `where` (a regular expression): `allows` says
+    whether an entry passes; one that does not is refused with `why`. `sweep_only`: the rule applies only
+    to a sweep (what it checks is used only by -m; a single run leaves hydra.sweep unresolved)."""
+
+    where: str
+    allows: Callable[[Found, Context], bool]
+    why: str
+    sweep_only: bool = False
+    key: Optional[str] = None  # the entry's own key, where a dotted path cannot tell (a key with dots in it)
+    about_code: bool = True  # False: a setting the run cannot carry out, not code it would run
+
+    def applies(self, found: Found, ctx: Context) -> bool:
+        if self.key is not None and found.key != self.key:
+            return False
+        return (ctx.multirun or not self.sweep_only) and re.fullmatch(self.where, found.where) is not None
+
+    def refusal(self, found: Found) -> ConfigError:
+        if found.key == "_target_":
+            return target_refusal(found.where, found.value)
+        if not self.about_code:
+            return ConfigError(f"{found.where}={found.value!r} is refused: {self.why}")
+        return refuse(found.where, found.value, self.why)
+
+
+def _in_sweep_dir(found: Found, ctx: Context) -> bool:
+    if found.value is None:
+        return True
+    sweep = os.path.abspath(str((ctx.hydra.get("sweep") or {}).get("dir")))
+    path = str(found.value)
+    if found.where == "hydra.sweeper.storage":
         path = path[len("sqlite:///") :] if path.startswith("sqlite:///") else ""
-    if not path or not os.path.abspath(path).startswith(sweep + os.sep):
-        raise refuse(
-            where,
-            value,
-            f"it is written to, and must lie inside the sweep directory ({sweep}); for Optuna, "
-            "sqlite:///${hydra.sweep.dir}/optuna.db keeps a resumable study there.",
-        )
+    return bool(path) and os.path.abspath(path).startswith(sweep + os.sep)
+
+
+def _relative_inside(found: Found, ctx: Context) -> bool:
+    text = str(found.value)
+    return found.value is None or not (os.path.isabs(text) or ".." in text.split("/"))
+
+
+def _a_handler_of_hydras(found: Found, ctx: Context) -> bool:
+    value = found.value
+    if not isinstance(value, dict):
+        return False
+    return (value.get("class"), value.get("filename"), value.get("stream")) in ctx.handlers and not (
+        set(value) - HANDLER_KEYS
+    )
+
+
+def _launcher_field(found: Found, ctx: Context) -> bool:
+    target = str((ctx.hydra.get("launcher") or {}).get("_target_"))
+    return found.key in LAUNCHER_FIELDS.get(target, {})
+
+
+def _slurm_directive(found: Found, ctx: Context) -> bool:
+    return str(found.key).replace("_", "-") in SLURM_DIRECTIVES
+
+
+def _one_line(found: Found, ctx: Context) -> bool:
+    return not isinstance(found.value, str) or not ("\n" in found.value or "\r" in found.value)
+
+
+LOGGING = r"hydra\.(job_logging|hydra_logging)"
+HANDLER_KEYS = {"class", "formatter", "stream", "filename", "level", "filters"}
+# Group choices under hydra/, by name: Hydra's own options and the plugins' the runner documents. What a file
+# of that name holds (a --config-dir can shadow one) is checked by the rules on the values below.
+GROUP_CHOICES: Dict[str, Tuple[Optional[str], ...]] = {
+    "hydra/launcher": ("isolated", "basic", "joblib", "submitit_local", "submitit_slurm"),
+    "hydra/sweeper": ("basic", "optuna", "optuna_accuracy"),
+    "hydra/sweeper/sampler": ("tpe", "random", "cmaes", "nsgaii", "motpe", "grid"),
+    "hydra/job_logging": ("default", "disabled", "none", "stdout"),
+    "hydra/hydra_logging": ("default", "disabled", "none"),
+    "hydra/callbacks": (None,),
+    "hydra/env": ("default",),
+    "hydra/help": ("default",),
+    "hydra/hydra_help": ("default",),
+    "hydra/output": ("default",),
+}
+COMMON_LAUNCHER_FIELDS = {"_target_": "the launcher itself (checked against ALLOWED_TARGETS)"}
+SUBMITIT_FIELDS = {
+    **COMMON_LAUNCHER_FIELDS,
+    "submitit_folder": "where submitit writes its job files (inside the sweep directory)",
+    "timeout_min": "a number",
+    "cpus_per_task": "a number",
+    "gpus_per_node": "a number",
+    "tasks_per_node": "a number",
+    "mem_gb": "a number",
+    "nodes": "a number",
+    "name": "the Slurm job's name (one line)",
+    "stderr_to_stdout": "a flag",
+}
+# Every field a launcher's configuration may hold, each with what it is. A launcher turns its fields into its
+# jobs' command line, environment or script (Slurm's #SBATCH header, srun's arguments, setup lines), so a
+# field not listed (srun_args, teardown, a `+hydra.launcher.<key>` of the user's) is refused: docs/launchers.md.
+LAUNCHER_FIELDS: Dict[str, Dict[str, str]] = {
+    "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher": COMMON_LAUNCHER_FIELDS,
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": COMMON_LAUNCHER_FIELDS,
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": {
+        **COMMON_LAUNCHER_FIELDS,
+        "n_jobs": "a number",
+        "backend": "one of joblib's registered backends, by name",
+        "prefer": "processes or threads",
+        "require": "sharedmem or nothing",
+        "verbose": "a number",
+        "timeout": "a number",
+        "pre_dispatch": "an expression of n_jobs",
+        "batch_size": "a number or auto",
+        "temp_folder": "where joblib writes memory maps (inside the sweep directory)",
+        "max_nbytes": "a size",
+        "mmap_mode": "a memory map mode",
+    },
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher": SUBMITIT_FIELDS,
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher": {
+        **SUBMITIT_FIELDS,
+        "partition": "a #SBATCH directive",
+        "qos": "a #SBATCH directive",
+        "comment": "a #SBATCH directive",
+        "constraint": "a #SBATCH directive",
+        "exclude": "a #SBATCH directive",
+        "gres": "a #SBATCH directive",
+        "cpus_per_gpu": "a number",
+        "gpus_per_task": "a number",
+        "mem_per_gpu": "a size",
+        "mem_per_cpu": "a size",
+        "account": "a #SBATCH directive",
+        "signal_delay_s": "a number",
+        "max_num_timeout": "a number",
+        "array_parallelism": "a number",
+        "additional_parameters": "#SBATCH directives, only those in SLURM_DIRECTIVES",
+        "setup": "must stay empty: its lines run as shell commands in every job",
+    },
+}
+# The #SBATCH directives additional_parameters may add: where and when a job runs, and whom Slurm mails.
+# Not --export, --export-file, --get-user-env (the job's environment), --chdir, --container, --prolog and the
+# like, nor --output/--error/--open-mode, which submitit sets itself to the files it reads back.
+SLURM_DIRECTIVES = (
+    "time",
+    "comment",
+    "mail-type",
+    "mail-user",
+    "reservation",
+    "nodelist",
+    "exclusive",
+    "requeue",
+    "no-requeue",
+    "hint",
+    "begin",
+    "deadline",
+    "priority",
+    "nice",
+    "licenses",
+    "wckey",
+    "mem",
+    "ntasks",
+    "ntasks-per-node",
+    "distribution",
+    "switches",
+    "tmp",
+    "gpus",
+    "cluster-constraint",
+    "clusters",
+)
+
+
+def _env_name(found: Found, ctx: Context) -> bool:
+    return str(found.key if found.where.startswith("hydra.job.env_set.") else found.value) in ENV_ALLOWED
+
+
+ENV_REASON = (
+    f"the environment of the run's processes may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, "
+    "CPATH, LD_PRELOAD, PYTHONPATH, ...) make them run or load code of the config's choosing."
+)
+
+# The table. Each entry: where it applies, what passes, why. The first rule an entry fails refuses the run.
+RULES: Tuple[Rule, ...] = (
+    Rule(r".*", lambda f, c: target_allowed(f.value), "a callable outside ALLOWED_TARGETS.", key="_target_"),
+    Rule(
+        r"hydra\.runtime\.choices\.hydra/.*",
+        lambda f, c: f.value in GROUP_CHOICES.get(f.where.split(".", 3)[3], ()),
+        "the config groups under hydra/ (launcher, sweeper, logging, callbacks) may be only the options Hydra and "
+        "its plugins ship (docs/launchers.md lists them).",
+    ),
+    Rule(
+        r"hydra\.sweeper\.direction",
+        lambda f, c: not isinstance(f.value, list) or len(f.value) == 1,
+        "each run returns one number (its val_accuracy), so an Optuna search has one direction: maximize (as "
+        "hydra/sweeper=optuna_accuracy does) or minimize; several directions need as many numbers from every "
+        "trial, and every trial would fail.",
+        about_code=False,
+    ),
+    Rule(
+        r"hydra\.sweeper\.custom_search_space",
+        lambda f, c: f.value is None,
+        "a search space is given with hydra.sweeper.params, not by a function.",
+    ),
+    Rule(LOGGING + r"\..*\.\(\)", lambda f, c: False, "a logging config may not name a factory."),
+    Rule(
+        LOGGING + r"\..*",
+        lambda f, c: (
+            not (isinstance(f.value, str) and f.value.startswith(("ext://", "cfg://")))
+            or f.value in ("ext://sys.stdout", "ext://sys.stderr")
+        ),
+        "a logging config may only refer to ext://sys.stdout or ext://sys.stderr.",
+    ),
+    Rule(
+        LOGGING + r"\.(?!handlers\.[^.\[]+\.class$).*\.class",
+        lambda f, c: False,
+        "a logging config may name a class only for its handlers.",
+    ),
+    Rule(
+        LOGGING + r"\.handlers\.[^.\[]+",
+        _a_handler_of_hydras,
+        "logging handlers may only be Hydra's own, exactly as its logging configs use them (a StreamHandler on the "
+        "console, a FileHandler writing <run dir>/<job name>.log).",
+    ),
+    Rule(r"hydra\.job\.env_set\.[^.\[]+", _env_name, ENV_REASON),
+    Rule(r"hydra\.job\.env_copy\[\d+\]", _env_name, ENV_REASON),
+    Rule(
+        r"hydra\.launcher\.[^.\[]+",
+        _launcher_field,
+        "a launcher turns its settings into its jobs' command line, environment or script, so it may hold only "
+        "the fields docs/launchers.md lists for it. To use another launcher, choose it on the command line "
+        "(hydra/launcher=joblib): an `override /hydra/launcher` in an experiment file does not replace the "
+        "runner's own choice (conf/config.yaml), so its settings land on the default launcher.",
+    ),
+    Rule(
+        r"hydra\.launcher\.additional_parameters\.[^.\[]+",
+        _slurm_directive,
+        "additional_parameters become #SBATCH directives of every job, and only those that say where and when a "
+        f"job runs may be added ({', '.join(SLURM_DIRECTIVES)}); --export and the like would set the job's "
+        f"environment, which {ENV_REASON[4:]}",
+    ),
+    Rule(
+        r"hydra\.launcher\..*",
+        _one_line,
+        "a launcher's settings become lines of a job script (Slurm's #SBATCH header), so a line break in one would "
+        "add a command of its own.",
+    ),
+    Rule(
+        r"hydra\.launcher\.setup",
+        lambda f, c: not f.value,
+        "hydra.launcher.setup runs shell commands in every Slurm job; put them in your cluster environment (a module "
+        "file, ~/.bashrc) instead.",
+    ),
+    Rule(
+        r"hydra\.(sweeper\.storage|launcher\.submitit_folder|launcher\.temp_folder)",
+        _in_sweep_dir,
+        "it is written to, and must lie inside the sweep directory; for Optuna, sqlite:///${hydra.sweep.dir}/optuna.db "
+        "keeps a resumable study there.",
+        sweep_only=True,
+    ),
+    Rule(
+        r"hydra\.output_subdir",
+        _relative_inside,
+        "Hydra writes its record (config.yaml, hydra.yaml, overrides.yaml) there, which must stay inside the run's "
+        "own directory.",
+    ),
+    Rule(
+        r"hydra\.job\.name",
+        lambda f, c: os.sep not in str(f.value) and not str(f.value).startswith("."),
+        "the job name becomes the log file's name and cannot be a path.",
+    ),
+)
 
 
 def _expected_handlers(hydra: dict) -> list:
     """(class, filename, stream) of the handlers in Hydra's own shipped logging configs, their file names
     resolved for this run: the only handlers a config may use (the console, <run dir>/<job name>.log)."""
-    import hydra as hydra_pkg
-    import yaml
-
-    root = os.path.join(os.path.dirname(hydra_pkg.__file__), "conf", "hydra")
     found = []
-    for group in LOGGING_NODES:
-        for name in sorted(os.listdir(os.path.join(root, group))):
-            with open(os.path.join(root, group, name)) as f:
-                data = yaml.safe_load(f) or {}
-            for h in (data.get("handlers") or {}).values():
-                filename = h.get("filename")
-                if filename is not None:
-                    # Hydra's file handler: ${hydra.runtime.output_dir}/${hydra.job.name}.log
-                    runtime, job = hydra.get("runtime") or {}, hydra.get("job") or {}
-                    filename = filename.replace("${hydra.runtime.output_dir}", str(runtime.get("output_dir")))
-                    filename = filename.replace("${hydra.job.name}", str(job.get("name")))
-                found.append((h.get("class"), filename, h.get("stream")))
+    for _, _, data in hydra_seam.shipped_logging_configs():
+        for h in (data.get("handlers") or {}).values():
+            filename = h.get("filename")
+            if filename is not None:
+                # Hydra's file handler: ${hydra.runtime.output_dir}/${hydra.job.name}.log
+                runtime, job = hydra.get("runtime") or {}, hydra.get("job") or {}
+                filename = filename.replace("${hydra.runtime.output_dir}", str(runtime.get("output_dir")))
+                filename = filename.replace("${hydra.job.name}", str(job.get("name")))
+            found.append((h.get("class"), filename, h.get("stream")))
     return found
 
 
-HANDLER_KEYS = {"class", "formatter", "stream", "filename", "level", "filters"}
-
-
 def check_composed(cfg, job_num: int = 0, multirun: bool = False, printing: bool = False) -> None:
-    """Raise ConfigError for the first callable the composed config (with its `hydra` node, resolved as
-    Hydra will resolve it) names outside ALLOWED_TARGETS, and for logging handlers other than Hydra's own,
-    env_set names outside ENV_ALLOWED and the rest below."""
+    """Raise ConfigError for the first entry of the composed config (with its `hydra` node, resolved as Hydra
+    will resolve it) that a rule of RULES refuses."""
     plain = resolved(cfg, job_num, multirun, printing)
     hydra = plain.get("hydra") or {}
-    handlers = _expected_handlers(hydra)
+    ctx = Context(hydra=hydra, multirun=multirun, handlers=_expected_handlers(hydra))
     for where, key, value in walk(plain):
-        if key == "_target_" and not target_allowed(value):
-            raise target_refusal(where, value)
-        if where == "hydra.sweeper.custom_search_space" and value is not None:
-            raise refuse(where, value, "a search space is given with hydra.sweeper.params, not by a function.")
-        logging_node = any(where.startswith(f"hydra.{n}.") for n in LOGGING_NODES)
-        if logging_node and key == "()":
-            raise refuse(where, value, "a logging config may not name a factory.")
-        if logging_node and isinstance(value, str) and value.startswith(("ext://", "cfg://")):
-            if value not in ("ext://sys.stdout", "ext://sys.stderr"):
-                raise refuse(where, value, "a logging config may only refer to ext://sys.stdout or ext://sys.stderr.")
-        if logging_node and key == "class" and not re.fullmatch(r"hydra\.\w+\.handlers\.[^.\[]+\.class", where):
-            raise refuse(where, value, "a logging config may name a class only for its handlers.")
-        if logging_node and isinstance(value, dict) and re.fullmatch(r"hydra\.\w+\.handlers\.[^.\[]+", where):
-            spec = (value.get("class"), value.get("filename"), value.get("stream"))
-            if spec not in handlers or set(value) - HANDLER_KEYS:
-                raise refuse(
-                    where,
-                    value,
-                    "logging handlers may only be Hydra's own, exactly as its logging configs use them (a "
-                    "StreamHandler on the console, a FileHandler writing <run dir>/<job name>.log).",
-                )
-        if where.startswith("hydra.job.env_set.") and where.count(".") == 3 and key not in ENV_ALLOWED:
-            raise refuse(
-                where,
-                value,
-                f"hydra.job.env_set may set only {', '.join(sorted(ENV_ALLOWED))}; other variables (CXX, CPATH, "
-                "LD_PRELOAD, PYTHONPATH, ...) make the run's processes run or load code of the config's choosing.",
-            )
-        if where.startswith("hydra.launcher.") and isinstance(value, str) and ("\n" in value or "\r" in value):
-            raise refuse(
-                where,
-                value,
-                "a launcher's settings become lines of a job script (Slurm's #SBATCH header), so a line break "
-                "in one would add a command of its own.",
-            )
-        # Only a sweep runs the sweeper and the launcher; a single run leaves hydra.sweep unresolved.
-        if multirun and where in ("hydra.sweeper.storage", "hydra.launcher.submitit_folder") and value is not None:
-            _inside_sweep_dir(where, value, hydra)
-        if (
-            where == "hydra.output_subdir"
-            and value is not None
-            and (os.path.isabs(str(value)) or ".." in str(value).split("/"))
-        ):
-            raise refuse(
-                where,
-                value,
-                "Hydra writes its record (config.yaml, hydra.yaml, overrides.yaml) there, which must stay inside the "
-                "run's own directory.",
-            )
-        if where == "hydra.job.name" and (os.sep in str(value) or str(value).startswith(".")):
-            raise refuse(where, value, "the job name becomes the log file's name and cannot be a path.")
-        if where == "hydra.launcher.setup" and value:
-            raise refuse(
-                where,
-                value,
-                "hydra.launcher.setup runs shell commands in every Slurm job; put them in your cluster "
-                "environment (a module file, ~/.bashrc) instead.",
-            )
+        found = Found(where, key, value)
+        for rule in RULES:
+            if rule.applies(found, ctx) and not rule.allows(found, ctx):
+                raise rule.refusal(found)
 
 
 # ---------------------------------------------------------------------------------------------------
-# Composing as @hydra.main will.
+# Composing as hydra.main will.
 
 
-def _hydra_main_settings(task):
-    """(config_path, config_name) given to @hydra.main: closure variables of Hydra 1.3's decorator."""
-    names = task.__code__.co_freevars
-    cells = dict(zip(names, (c.cell_contents for c in task.__closure__ or ())))
-    if "config_path" not in cells or "config_name" not in cells:
-        raise TypeError(f"{task!r} is not a function decorated with Hydra 1.3's @hydra.main")
-    return cells["config_path"], cells["config_name"]
-
-
-def _job_overrides(parser, arguments: list) -> list:
-    """The override list of every job of a sweep, in the order Hydra's basic sweeper runs them (the
-    product of every swept value). An interval (Optuna's) yields numbers; its two ends stand for it."""
+def _swept(parser, arguments: list) -> Dict[str, List[str]]:
+    """{key: [override of each value]} of a sweep's arguments, in the order Hydra's basic sweeper runs
+    them. An interval (Optuna's) yields numbers; its two ends stand for it."""
     lists = {}
     for o in parser.parse_overrides(arguments):
         key = o.get_key_element()
         if o.is_interval_sweep():
-            lists[key] = [f"{key}={o.value().start}", f"{key}={o.value().end}"]
+            start, end = o.value().start, o.value().end
+            if start is not None and end is not None and start >= end:
+                raise ConfigError(
+                    f"{o.input_line!r} is refused: an interval goes from low to high, and this one is empty, so "
+                    f"the sweeper could sample nothing from it. Write interval({end}, {start})."
+                )
+            lists[key] = [f"{key}={start}", f"{key}={end}"]
         elif o.is_sweep_override():
             lists[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
         else:
             lists[key] = [f"{key}={o.get_value_element_as_str()}"]
-    return [list(x) for x in itertools.product(*lists.values())]
+    return lists
+
+
+def _job_overrides(parser, arguments: list) -> list:
+    """The override list of every job of a sweep (the product of every swept value)."""
+    return [list(x) for x in itertools.product(*_swept(parser, arguments).values())]
 
 
 def compose_error(e: BaseException) -> ConfigError:
@@ -299,76 +554,87 @@ def compose_error(e: BaseException) -> ConfigError:
     return ConfigError(f"{text} (`--help` lists the config groups, `--cfg job` shows the composed configuration).")
 
 
-def compose_like_hydra(task, argv):
-    """[(config, job number, multirun)] that @hydra.main will compose for argv: the run's, or with -m the
-    sweep's own and every job's (each combination of the swept values). ConfigError where Hydra would fail
-    to compose one; any other failure propagates: preflight() then refuses to start (fails closed)."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import (
-        create_automatic_config_search_path,
-        detect_calling_file_or_module_from_task_function,
-        detect_task_name,
-        get_args_parser,
-    )
-    from hydra.core.global_hydra import GlobalHydra
+def compose_like_hydra(app, args) -> list:
+    """[(config, job number, multirun)] that hydra.main will compose for the parsed arguments: the run's, or
+    with -m the sweep's own, then every job's (each combination of the swept values) where the jobs may differ
+    in what the rules check (a swept config group, a value under hydra.* that depends on the job) or where the
+    sweep directory already holds jobs (each job's before_run decides). ConfigError where Hydra would fail to
+    compose one; any other failure propagates: preflight() then refuses to start (fails closed)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.utils import setup_globals
-    from hydra.types import RunMode
 
-    config_path, config_name = _hydra_main_settings(task)
-    try:
-        args = get_args_parser().parse_args(argv)
-    except SystemExit:
-        return []  # argparse has printed its usage; @hydra.main prints it again and exits the same way (2)
     if args.experimental_rerun is not None:
         raise ConfigError(
             f"--experimental-rerun {args.experimental_rerun!r} is refused: it unpickles the file, and unpickling "
             "runs whatever code the file names. Start the run again from its config.yaml (see the README)."
         )
-    config_name = args.config_name or config_name
-    config_path = args.config_path if args.config_path is not None else config_path
-    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
-    search_path = create_automatic_config_search_path(calling_file, calling_module, config_path)
-    if args.config_dir is not None:
-        from hydra.core.config_search_path import SearchPathQuery
-
-        if not os.path.isdir(os.path.abspath(args.config_dir)):
-            raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory.")
-        search_path.prepend(
-            provider="command-line",
-            path=f"file://{os.path.abspath(args.config_dir)}",
-            anchor=SearchPathQuery(provider="schema"),
-        )
-    setup_globals()
-    GlobalHydra.instance().clear()
+    config_name = args.config_name or app.config_name
+    config_path = args.config_path if args.config_path is not None else app.config_path
+    if args.config_dir is not None and not os.path.isdir(os.path.abspath(args.config_dir)):
+        raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory.")
     overrides = list(args.overrides)
-    try:
-        hydra = Hydra.create_main_hydra2(
-            task_name=detect_task_name(calling_file, calling_module), config_search_path=search_path
-        )
-        parser = OverridesParser.create(config_loader=hydra.config_loader)
+    with hydra_seam.composer(app.task, config_path, args.config_dir) as hydra:
         try:
-            run_mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
-            base = hydra.compose_config(config_name, overrides, run_mode, validate_sweep_overrides=False)
+            check_no_option(hydra, overrides)
+            base = hydra.compose(config_name, overrides, bool(args.multirun), validate_sweep=False)
             multirun = args.multirun or base.hydra.mode == RunMode.MULTIRUN
             # As Hydra does once it knows the mode: `run=a,b` without -m is ambiguous, a swept hydra.* unsupported.
-            mode = RunMode.MULTIRUN if multirun else RunMode.RUN
-            hydra.config_loader.validate_sweep_overrides_legal(parser.parse_overrides(overrides), mode, from_shell=True)
+            hydra.check_sweep_overrides(overrides, multirun)
             if not multirun:
                 return [(base, 0, False)]
             configs = [(base, 0, True)]
+            parser = OverridesParser.create()
             params = base.hydra.sweeper.get("params") or {}
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
             arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
+            swept = _swept(parser, arguments)
+            if not (
+                any(len(v) > 1 and _may_change_hydra(hydra, k.lstrip("+~")) for k, v in swept.items())
+                or depends_on_the_job(base)
+                or _sweep_dir_holds_jobs(base)
+            ):
+                return configs
             prefix = _as_written(base.hydra.overrides.hydra)
             for num, job in enumerate(_job_overrides(parser, arguments)):
-                configs.append((hydra.compose_config(config_name, prefix + job, RunMode.RUN), num, True))
+                configs.append((hydra.compose(config_name, prefix + job, False), num, True))
             return configs
         except COMPOSE_ERRORS as e:
             check_package_header(e)
             raise compose_error(e) from None
-    finally:
-        GlobalHydra.instance().clear()
+
+
+def check_no_option(hydra, overrides: list) -> None:
+    """ConfigError for an override that leaves a config group the configuration needs without an option
+    (`logger=[]`, `logger=null`, `~model`): Hydra would report a missing value, far from its cause."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for o in OverridesParser.create().parse_overrides(overrides):
+        key = o.key_or_group
+        if o.is_sweep_override() or key.startswith("hydra") or not hydra.is_group(key):
+            continue
+        if o.is_delete() or o.value() in (None, []):
+            hint = (
+                " metrics.csv is written whichever loggers are chosen; logger=csv (the default) is that alone."
+                if key == "logger"
+                else ""
+            )
+            raise ConfigError(
+                f"{o.input_line!r} leaves the config group {key} with no option, and the run needs one "
+                f"(`runner-configs ls` lists them).{hint}"
+            )
+
+
+def _may_change_hydra(hydra, key: str) -> bool:
+    """Whether a swept key can change what Hydra acts on: a config group (its files may set hydra.*) or a
+    key under hydra (Hydra refuses one on the command line; a sweeper's params pass it to each job)."""
+    return key == "hydra" or key.startswith("hydra.") or hydra.is_group(key)
+
+
+def _sweep_dir_holds_jobs(cfg) -> bool:
+    try:
+        where = os.path.abspath(str(cfg.hydra.sweep.dir))
+    except OmegaConfBaseException:
+        return False  # resolved only at run time: ${now:...} names a new directory
+    return os.path.isdir(where) and bool(os.listdir(where))
 
 
 def check_package_header(error: Exception) -> None:
@@ -393,7 +659,7 @@ def output_root(cfg, multirun: bool) -> str:
     directory itself when it is literal; else the parent of what it resolves to now (`${now:...}`
     differs between this check and the run), or the literal part before the first interpolation."""
     node = cfg.hydra.sweep if multirun else cfg.hydra.run
-    raw = str(node._get_node("dir")._value())
+    raw = str(_raw(node, "dir"))
     if "${" not in raw:
         return raw
     try:
@@ -451,23 +717,23 @@ def check_launcher(cfg, multirun: bool) -> None:
         )
 
 
-def preflight(task, argv, before_run=None) -> None:
-    """Everything checked before @hydra.main runs `task`: the overrides' syntax, callables named
-    anywhere in the composed config, the launcher, the output directory, then the command's own
-    `before_run(job config, output dir, task overrides, in a sweep)` for the run or each job of a sweep
-    (with HydraConfig set as in the job): every check that can refuse runs before Hydra writes `.hydra/`.
-    Raises ConfigError (or another of the user's errors). `--cfg hydra --resolve` is answered here, after the
-    checks (SystemExit 0): Hydra's own answer fails on any interpolation into the rest of the config.
+def preflight(app, argv) -> None:
+    """Everything checked before hydra.main runs the app's task (app: runner/cli/app.py HydraApp): the
+    overrides' syntax, every entry of the composed config against RULES, the launcher, the output directory,
+    then the app's own `before_run(job config, output dir, task overrides, in a sweep)` for the run or the
+    sweep's jobs (with HydraConfig set as in the job): every check that can refuse runs before Hydra writes
+    `.hydra/`. Raises ConfigError (or another of the user's errors). `--cfg hydra --resolve` is answered here,
+    after the checks (SystemExit 0): Hydra's own answer fails on any interpolation into the rest of the config.
 
-    The check composes the way Hydra 1.3 does, through its internals (@hydra.main's closure, hydra._internal).
-    If that machinery fails in a way that is not Hydra's own report of a bad configuration (another Hydra
-    version, a changed internal), nothing was checked: the command refuses to start rather than let Hydra
-    instantiate what the configuration names unchecked.
+    The check composes the way Hydra 1.3 does, through its internals (runner/cli/hydra_seam.py). If that
+    machinery fails in a way that is not Hydra's own report of a bad configuration (another Hydra version, a
+    changed internal), nothing was checked: the command refuses to start rather than let Hydra instantiate
+    what the configuration names unchecked.
     """
     from runner.errors import user_errors
 
     try:
-        _preflight(task, argv, before_run)
+        _preflight(app, argv)
     except user_errors():
         raise
     except Exception as e:
@@ -481,17 +747,15 @@ def preflight(task, argv, before_run=None) -> None:
         ) from None
 
 
-def _preflight(task, argv, before_run=None) -> None:
-    from hydra._internal.utils import get_args_parser
-
+def _preflight(app, argv) -> None:
     try:
-        args = get_args_parser().parse_args(argv)
+        args = hydra_seam.args_parser().parse_args(argv)
     except SystemExit:
         return  # argparse printed its usage; Hydra will do the same
     if args.shell_completion:
         return  # `-sc install=bash`: its arguments are the completion's, not overrides; nothing runs
     check_split_values(args.overrides)
-    configs = compose_like_hydra(task, argv)
+    configs = compose_like_hydra(app, args)
     # --cfg, --help, --info and shell completion only print: they need no output directory.
     prints = bool(args.cfg or args.help or args.hydra_help or args.info or args.shell_completion)
     for cfg, num, multirun in configs:
@@ -499,8 +763,6 @@ def _preflight(task, argv, before_run=None) -> None:
     if args.cfg == "hydra" and args.resolve and configs:
         # Hydra resolves the `hydra` node cut from the rest of the config, so ${experiment_name} in
         # hydra.run.dir ends in its traceback: print it resolved as the run will see it, instead.
-        from omegaconf import OmegaConf
-
         cfg, num, multirun = configs[0]
         print(OmegaConf.to_yaml({"hydra": resolved(cfg, num, multirun, printing=True)["hydra"]}), end="")
         raise SystemExit(0)
@@ -509,9 +771,11 @@ def _preflight(task, argv, before_run=None) -> None:
         check_launcher(base, multirun)
         if multirun:
             check_sweep_dir(base)
-        for cfg, num, in_sweep in configs[1:] if multirun else configs:
-            if before_run is not None:
-                _before_run(before_run, cfg, num, in_sweep)
+        if app.before_run is not None:
+            # A sweep whose jobs were not composed one by one (their checked values cannot differ, and its
+            # directory is new) gets its own config checked once; a value only a job sets is the job's to refuse.
+            for cfg, num, in_sweep in configs[1:] or configs if multirun else configs:
+                _before_run(app.before_run, cfg, num, in_sweep)
         # Last: its probe file is written only where the checks above let the run write.
         check_output_dir(output_root(base, multirun))
 
@@ -520,11 +784,10 @@ def check_sweep_dir(cfg) -> None:
     """ConfigError unless the sweep directory (where Hydra writes multirun.yaml) is new, empty or a sweep's."""
     from runner.rundir.claim import ours
 
-    try:
-        where = os.path.abspath(str(cfg.hydra.sweep.dir))
-    except OmegaConfBaseException:
-        return  # resolved only at run time: ${now:...} names a new directory
-    if os.path.isdir(where) and os.listdir(where) and not ours(where):
+    if not _sweep_dir_holds_jobs(cfg):
+        return
+    where = os.path.abspath(str(cfg.hydra.sweep.dir))
+    if not ours(where):
         some = ", ".join(sorted(os.listdir(where))[:3])
         raise ConfigError(
             f"hydra.sweep.dir={where} holds files that are not this runner's ({some}, ...), and a sweep writes "
@@ -533,8 +796,8 @@ def check_sweep_dir(cfg) -> None:
 
 
 def _before_run(before_run, cfg, num: int, in_sweep: bool) -> None:
-    """before_run on the job's config as @hydra.main's task will get it (no `hydra` node, HydraConfig set)."""
-    from omegaconf import OmegaConf, open_dict, read_write
+    """before_run on the job's config as hydra.main's task will get it (no `hydra` node, HydraConfig set)."""
+    from omegaconf import open_dict, read_write
 
     with at_run_time(cfg, num, in_sweep) as cfg:
         if OmegaConf.is_missing(cfg.hydra.runtime, "output_dir"):

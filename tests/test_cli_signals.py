@@ -1,0 +1,51 @@
+"""runner/cli/app.py and runner/__main__.py: a signal in the first seconds of a command, before a run's own
+handlers take over (runner/training/checkpoints.py), ends it naming the signal, exit 128 + signal."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, TINY
+
+
+def caught(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for signum (Linux: SigCgt in /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask & (1 << (signum - 1)))
+
+
+def start(tmp_path, *overrides):
+    cmd = [sys.executable, "-m", "runner", f"hydra.run.dir={tmp_path / 'run'}", *TINY, *overrides]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc to see the handler")
+def test_sigterm_while_the_command_starts_is_named_and_exits_143(tmp_path):
+    proc = start(tmp_path)
+    deadline = time.time() + 60
+    while not caught(proc.pid, signal.SIGTERM) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)  # within the imports: the first handler, runner/__main__.py's own
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    assert "Interrupted by SIGTERM (signal 15)." in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
+def test_sigterm_before_training_starts_is_named_and_exits_143(tmp_path):
+    # Later: the CLI's handler, while the run sets up (its directory exists, MindSpore is loading).
+    proc = start(tmp_path)
+    deadline = time.time() + 300
+    while not (tmp_path / "run" / "runner.log").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 143, out
+    assert "SIGTERM (signal 15)" in out and "Traceback" not in out, out
