@@ -47,7 +47,9 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     complete already. Raises runner.errors.Interrupted when SIGINT/SIGTERM stopped the run.
     """
     from runner.config.checks import check_loggers, check_tools, validate
+    from runner.report import startup
 
+    startup.task_started()
     validate(cfg)
     check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
     check_loggers(cfg)

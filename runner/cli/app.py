@@ -68,6 +68,9 @@ def entry_point(task, *checks, before_run=None):
         from hydra.core.plugins import Plugins
 
         from runner.cli.preflight import preflight
+        from runner.report import startup
+
+        startup.command_started(cli)  # metrics.json's startup: the import phase ends here
 
         # Hydra finds plugins by walking the hydra_plugins namespace on disk; pip's default editable
         # install maps packages with an import hook instead, so the launcher is registered by hand.
@@ -105,6 +108,8 @@ def entry_point(task, *checks, before_run=None):
             if _interrupted:
                 quiet_interrupt()
             raise
+        finally:
+            startup.command_ended()
         from runner.report.sweep import failed_jobs
 
         stopped_by = interrupt_signal()
