@@ -56,6 +56,11 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     if cfg.dry_run:
         print("Configuration is valid (dry_run=true: nothing was trained).", flush=True)
         return None
+    if cfg.plan:
+        from runner.training.plan import make_plan  # MindSpore loads only after the config was checked
+
+        print(make_plan(cfg).render(), flush=True)
+        return None
     from runner.rundir import lock
     from runner.rundir.claim import check_foreign
     from runner.training.recipe import run  # MindSpore loads only after the config was checked

@@ -29,7 +29,7 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    counts = {"conv": 0, "dense": 0}
+    counts = {"conv": 0, "dense": 0, "activations": 0, "layers": 0}
     paths = {}  # convolution algorithm (models/conv.py) -> layers and forward FLOPs it ran
 
     def conv_hook(cell, inputs, output):
@@ -46,6 +46,12 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     def dense_hook(cell, inputs, output):
         counts["dense"] += 2 * cell.in_channels * cell.out_channels
 
+    def leaf_hook(cell, inputs, output):
+        # Every layer's output is kept for the backward pass: the activations of one sample (plan=true).
+        for out in output if isinstance(output, (tuple, list)) else (output,):
+            counts["activations"] += int(np.prod(out.shape))
+        counts["layers"] += 1
+
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
     handles = []
@@ -54,6 +60,8 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
             handles.append(cell.register_forward_hook(conv_hook))
         elif isinstance(cell, nn.Dense):
             handles.append(cell.register_forward_hook(dense_hook))
+        if not cell.name_cells():
+            handles.append(cell.register_forward_hook(leaf_hook))
     try:
         net.set_train(False)  # BatchNorm must not update its statistics from this probe
         net(Tensor(np.zeros((1, channels, height, width), np.float32)))
@@ -67,6 +75,8 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
         "dense": counts["dense"],
         "total": counts["conv"] + counts["dense"],
         "conv_paths": dict(sorted(paths.items())),
+        "activations": counts["activations"],  # output values of every layer, one sample
+        "layers": counts["layers"],
     }
 
 

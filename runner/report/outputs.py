@@ -24,6 +24,18 @@ def versions() -> dict:
     return out
 
 
+def current_rss_mb() -> float:
+    """Resident memory of this process now, MiB (Linux /proc; the peak so far elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return peak_rss_mb()
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
