@@ -47,13 +47,13 @@ def test_plan_prints_the_estimates_and_trains_nothing(tmp_path, tiny_run):
 def test_too_little_memory_is_said_with_the_largest_batch_that_fits(tmp_path):
     # resnet50 at 224 px with batch 4096: hundreds of GB of activations on a machine of 24 GiB.
     big = ["model=resnet50", "data=synthetic", "data.image_size=32", "padding.height=224", "padding.width=224"]
-    proc = cli_in_process(*big, "data.num_samples=5000", "batch_size=4096", "epochs=1", "plan=true")
+    proc = cli_in_process(*big, "data.num_samples=6000", "batch_size=4096", "epochs=1", "plan=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = re.search(r"DOES NOT FIT:.* this process may use; batch_size=(\d+) fits", " ".join(proc.stdout.split()))
     assert found, proc.stdout
     fits = int(found.group(1))
     assert 0 < fits < 4096
-    proc = cli_in_process(*big, "data.num_samples=5000", f"batch_size={fits}", "epochs=1", "plan=true")
+    proc = cli_in_process(*big, "data.num_samples=6000", f"batch_size={fits}", "epochs=1", "plan=true")
     assert proc.returncode == 0 and "DOES NOT FIT" not in proc.stdout, proc.stdout
 
 
