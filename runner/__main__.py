@@ -40,7 +40,7 @@ def main(cfg) -> Optional[float]:
 
         tag_job_records(HydraConfig.get().job.num)
     metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
-    if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
+    if (cfg.dry_run or cfg.plan) and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
         discard_run_dir(HydraConfig.get().runtime.output_dir)
     return metrics.val_accuracy if metrics is not None else None
 

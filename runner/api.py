@@ -47,13 +47,20 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     complete already. Raises runner.errors.Interrupted when SIGINT/SIGTERM stopped the run.
     """
     from runner.config.checks import check_loggers, check_tools, validate
+    from runner.report import startup
     from runner.rundir.saved_run import init_from_problems
 
+    startup.task_started()
     validate(cfg, init_from_problems)
     check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
     check_loggers(cfg)
     if cfg.dry_run:
         print("Configuration is valid (dry_run=true: nothing was trained).", flush=True)
+        return None
+    if cfg.plan:
+        from runner.training.plan import make_plan  # MindSpore loads only after the config was checked
+
+        print(make_plan(cfg).render(), flush=True)
         return None
     from runner.rundir import lock
     from runner.rundir.claim import check_foreign

@@ -185,7 +185,8 @@ def test_disk_full_keeps_what_was_written(tmp_path, tiny):
         files = {p.name for p in (mnt / "run").iterdir()}
         assert {".hydra", "config.yaml", "metrics.json", "runner.log"} <= files
         assert not [f for f in files if "ckpt" in f or "tmp" in f]  # no checkpoint, not even a partial one
-        assert json.loads((mnt / "run" / "metrics.json").read_text())["final_loss"] > 0
+        m = json.loads((mnt / "run" / "metrics.json").read_text())
+        assert m["final_loss"] > 0 and m["checkpoint"] is None  # it names no model.ckpt that is not there
     finally:
         subprocess.run(["umount", str(mnt)])
     # A checkpoint during training that does not fit (a disk of its own: the first run's files grow

@@ -10,6 +10,57 @@ from runner.report.metrics import RunMetrics
 from runner.report.sweep import JobRow
 
 
+def test_the_peak_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch):
+    from runner.report.flops import machine_peak
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = machine_peak()
+    assert not first["cached"] and first["gflops_per_s"] > 1 and first["kernel"].startswith("numpy sgemm")
+    again = machine_peak()
+    assert again["cached"] and again["gflops_per_s"] == first["gflops_per_s"]
+    # A run that achieved more than the cached peak (measured under load): measured again, the larger kept.
+    higher = machine_peak(at_least=first["gflops_per_s"] * 1.01)
+    assert not higher["cached"] and higher["gflops_per_s"] >= first["gflops_per_s"]
+    # Another thread count is another machine; a corrupt cache file is measured again and rewritten.
+    assert not machine_peak(threads=1)["cached"]
+    (tmp_path / "mindspore-runner" / "peak.json").write_text("{not json")
+    assert not machine_peak()["cached"] and machine_peak()["cached"]
+
+
+def test_too_few_steps_record_no_compile_or_step_time():
+    from runner.report.monitor import RunMonitor
+    from runner.report.outputs import summary_line
+
+    # One step call (3.8 s: compile and step in one) cannot tell the compile from a steady step.
+    mon = RunMonitor(log_every=1, total_steps=1, batch_size=64)
+    mon.steps, mon.intervals = [1], [3.8]
+    t = mon.timing()
+    assert t["compile_seconds"] is None and t["step_time_median_ms"] is None and t["throughput_samples_per_s"] is None
+    assert t["first_call_seconds"] == 3.8 and t["steps"] == 1 and "one step call" in t["timing_note"]
+    line = summary_line(RunMetrics(run_dir="/r", **t))
+    assert "compile - (0x) | step - | - samples/s" in line
+    # A resume that trained no step in this process reports none, not the earlier process's numbers.
+    mon = RunMonitor(log_every=1, total_steps=44, batch_size=64, start={"global_step": 44, "step_time_ms": [900, 40]})
+    t = mon.timing()
+    assert t["compile_seconds"] is None and t["step_time_median_ms"] is None and "trained no step" in t["timing_note"]
+    # Two calls: the second is the steady one.
+    mon = RunMonitor(log_every=1, total_steps=2, batch_size=64)
+    mon.steps, mon.intervals = [1, 2], [3.8, 0.5]
+    t = mon.timing()
+    assert t["compile_seconds"] == pytest.approx(3.3) and t["throughput_samples_per_s"] == pytest.approx(128)
+
+
+@pytest.mark.slow
+def test_a_command_in_a_long_lived_process_has_no_import_phase(tmp_path, tiny):
+    # The command's function called in this test process (started long before it, for other things): its
+    # age is not the command's import time, so that phase is None; the others are measured.
+    proc = run_in_process(tmp_path, *tiny, *EVAL_OFF)
+    s = metrics(tmp_path)["startup"]
+    assert s["import"] is None and s["from"].startswith("command") and s["compose"] > 0 and s["build"] > 0
+    assert s["total"] == pytest.approx(s["compose"] + s["build"] + s["first_step"], abs=0.01)
+    assert f"first step after {s['total']:.1f} s" in proc.stdout
+
+
 def test_flops_are_counted_from_layer_shapes():
     import mindspore as ms
     from mindspore import nn
@@ -54,6 +105,7 @@ def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
     run_rate = f["train_per_sample"] * m["steps"] * m["batch_size"] / m["train_seconds"] / 1e9
     assert f["achieved_gflops_per_s"] >= run_rate > 0
     assert f["matmul_peak_gflops_per_s"] > 1 and f["utilization"] > 0  # may exceed 1: the peak is one sgemm
+    assert f["peak"]["kernel"].startswith("numpy sgemm") and f["peak"]["gflops_per_s"] == f["matmul_peak_gflops_per_s"]
     assert m["peak_device_memory_mb"] is None  # the CPU reports none
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     acc = EventAccumulator(str(tmp_path / "tensorboard"))

@@ -52,6 +52,12 @@ def test_the_window_is_recorded_into_the_run_directory(tmp_path):
     assert counts == {2}
 
 
+def test_a_window_longer_than_the_run_records_the_steps_profiled(tmp_path):
+    # profile.steps=1000000 on an 8-step run: the profile holds steps 3-8, and metrics.json says so.
+    record = _train(tmp_path, start_step=3, steps=1_000_000).record()
+    assert record["recorded"] and (record["steps"], record["steps_requested"]) == (6, 1_000_000)
+
+
 def test_a_window_the_run_does_not_reach_is_reported_not_recorded(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="runner"):
         record = _train(tmp_path, start_step=20, steps=2).record()

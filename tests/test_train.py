@@ -21,6 +21,10 @@ def test_one_epoch_loss_curve_is_pinned(tiny_run):
         assert m["loss_curve"][step - 1] == pytest.approx(loss, abs=2e-4), (step, m["loss_curve"][step - 1])
     for key, value in PINNED_VAL.items():
         assert m[key] == pytest.approx(value, abs=2e-4), key
+    # From the command to the first step, by phase (tiny_run is a `python -m runner` process of its own).
+    s = m["startup"]
+    assert s["from"] == "process start" and all(s[k] > 0 for k in ("import", "compose", "build", "first_step"))
+    assert s["total"] == pytest.approx(s["import"] + s["compose"] + s["build"] + s["first_step"], abs=0.01)
 
 
 @pytest.mark.parametrize("mode", ["pynative", "jit"])  # graph: the pinned test above

@@ -158,6 +158,9 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
 
     def cli() -> None:
         from runner.cli.preflight import preflight
+        from runner.report import startup
+
+        startup.command_started(cli)  # metrics.json's startup: the import phase ends here
 
         _register_plugins()
         # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
@@ -196,6 +199,8 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
             if _interrupted:
                 quiet_interrupt()
             raise
+        finally:
+            startup.command_ended()
         from runner.report.sweep import failed_jobs
 
         stopped_by = interrupt_signal()

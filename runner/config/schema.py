@@ -270,6 +270,7 @@ class Config:
     save_checkpoint: bool = True
     experiment_name: str = "default"
     dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
+    plan: bool = False  # build the data, network and optimizer, print memory/FLOPs/compiles/time, train nothing
     distributed: DistributedConfig = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path

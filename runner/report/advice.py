@@ -44,8 +44,8 @@ def run_notes(m) -> list:
                 f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs, "
                 "BENCHMARKS.md)."
             )
-    after = m.train_seconds - m.first_call_seconds
-    if m.mode in ("graph", "jit") and m.compile_seconds > after:
+    after = m.train_seconds - (m.first_call_seconds or 0.0)
+    if m.mode in ("graph", "jit") and m.compile_seconds is not None and m.compile_seconds > after:
         notes.append(
             f"Compiling took {m.compile_seconds:.1f} s, more than the {after:.1f} s of training after it; "
             "compare with mode=pynative for a run this short."
@@ -63,12 +63,13 @@ def sweep_notes(rows: list) -> list:
             ma, mb = a.metrics, b.metrics
             if groups == {"amp"} and ma.amp_level_used == "O0" and mb.amp_level_used != "O0":
                 slow, fast = mb.throughput_samples_per_s, ma.throughput_samples_per_s
-                if slow < fast:
+                if slow is not None and fast is not None and slow < fast:
                     notes.append(
                         f"AMP {mb.amp_level_used} (#{b.job}) ran at {slow:.0f} samples/s, slower than O0 "
                         f"(#{a.job}, {fast:.0f}) on {mb.device_target}."
                     )
-            if groups == {"mode"} and ma.mode == "pynative" and mb.mode in ("graph", "jit"):
+            timed = None not in (ma.step_time_median_ms, mb.step_time_median_ms, mb.compile_seconds)
+            if groups == {"mode"} and ma.mode == "pynative" and mb.mode in ("graph", "jit") and timed:
                 saved = (ma.step_time_median_ms - mb.step_time_median_ms) / 1000 * mb.steps
                 if mb.compile_seconds > saved:
                     notes.append(

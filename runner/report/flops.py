@@ -1,7 +1,15 @@
 """Training FLOPs counted from the network's own layers, and a large-matmul peak to compare them with."""
 
+import hashlib
+import json
 import logging
+import math
+import os
+import platform
+import subprocess
+import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -21,7 +29,7 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     import mindspore as ms
     from mindspore import Tensor, nn
 
-    counts = {"conv": 0, "dense": 0}
+    counts = {"conv": 0, "dense": 0, "activations": 0, "layers": 0}
     paths = {}  # convolution algorithm (models/conv.py) -> layers and forward FLOPs it ran
 
     def conv_hook(cell, inputs, output):
@@ -38,6 +46,12 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     def dense_hook(cell, inputs, output):
         counts["dense"] += 2 * cell.in_channels * cell.out_channels
 
+    def leaf_hook(cell, inputs, output):
+        # Every layer's output is kept for the backward pass: the activations of one sample (plan=true).
+        for out in output if isinstance(output, (tuple, list)) else (output,):
+            counts["activations"] += int(np.prod(out.shape))
+        counts["layers"] += 1
+
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
     handles = []
@@ -46,6 +60,8 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
             handles.append(cell.register_forward_hook(conv_hook))
         elif isinstance(cell, nn.Dense):
             handles.append(cell.register_forward_hook(dense_hook))
+        if not cell.name_cells():
+            handles.append(cell.register_forward_hook(leaf_hook))
     try:
         net.set_train(False)  # BatchNorm must not update its statistics from this probe
         net(Tensor(np.zeros((1, channels, height, width), np.float32)))
@@ -59,6 +75,8 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
         "dense": counts["dense"],
         "total": counts["conv"] + counts["dense"],
         "conv_paths": dict(sorted(paths.items())),
+        "activations": counts["activations"],  # output values of every layer, one sample
+        "layers": counts["layers"],
     }
 
 
@@ -75,30 +93,101 @@ def conv_path(cell, input_shape) -> str:
     return "gemm"
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 3) -> float:
-    """Best FLOP/s of an n x n float32 MindSpore matmul in this process: the practical CPU ceiling.
+# The peak is measured with the fastest float32 kernel this machine offers the runner: numpy's BLAS
+# sgemm (OpenBLAS in the wheel). MindSpore's own matmul reached only 39 GFLOP/s where OpenBLAS reached
+# 67-72 and the convolutions themselves 64-75 (2-core AMD EPYC, AVX2): dividing by MindSpore's matmul
+# overstated utilization. It runs in a child process, once per machine: it neither adds ~2 s to every
+# run nor counts in the run's own peak memory.
+PEAK_N = 2048
+PEAK_REPEATS = 5
+PEAK_FILE = "peak.json"  # in the cache directory (models/onednn.cache_dir)
+_PEAK_SCRIPT = """
+import json, sys, time
+import numpy as np
+n, repeats = int(sys.argv[1]), int(sys.argv[2])
+rng = np.random.default_rng(0)
+a = rng.random((n, n), dtype=np.float32)
+b = rng.random((n, n), dtype=np.float32)
+a @ b
+best = float("inf")
+for _ in range(repeats):
+    t = time.perf_counter()
+    a @ b
+    best = min(best, time.perf_counter() - t)
+print(json.dumps({"gflops_per_s": 2 * n**3 / best / 1e9}))
+"""
 
-    n=1024 measured below what ResNet-18 convolutions reached here (utilization over 100%); 2048 is
-    closer to the ceiling and costs about a second.
-    """
-    import mindspore as ms
-    from mindspore import Tensor, ops
 
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+def machine_key(threads: Optional[int]) -> str:
+    """What the peak depends on: the CPU (model and flags), the threads the run may use, numpy's version."""
+    model, flags = "", ""
     try:
-        rng = np.random.default_rng(0)
-        a = Tensor(rng.random((n, n), dtype=np.float32))
-        b = Tensor(rng.random((n, n), dtype=np.float32))
-        ops.matmul(a, b).asnumpy()  # warm-up: kernel selection and allocation
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            ops.matmul(a, b).asnumpy()
-            best = min(best, time.perf_counter() - t)
-    finally:
-        ms.set_context(mode=mode)
-    return 2 * n**3 / best / 1e9
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:  # not Linux: the processor's name alone
+        pass
+    model = model or platform.processor() or platform.machine()
+    digest = hashlib.sha256(f"{model}\0{flags}\0{threads}\0{np.__version__}".encode()).hexdigest()[:16]
+    return f"{model} | {threads} threads | {digest}"
+
+
+def measure_peak(threads: Optional[int]) -> Optional[float]:
+    """GFLOP/s of the best of PEAK_REPEATS n x n float32 numpy matmuls in a child process (None: it failed)."""
+    env = dict(os.environ)
+    if threads:
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[name] = str(threads)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _PEAK_SCRIPT, str(PEAK_N), str(PEAK_REPEATS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return float(json.loads(out.stdout.strip().splitlines()[-1])["gflops_per_s"])
+    except (OSError, ValueError, KeyError, IndexError, subprocess.SubprocessError) as e:
+        log.warning("could not measure this machine's matmul peak (%s): utilization is not reported", e)
+        return None
+
+
+def machine_peak(threads: Optional[int] = None, at_least: float = 0.0) -> dict:
+    """This machine's float32 peak: measured once per machine (machine_key) and cached, re-measured when
+    a run achieved more than the cached value (a first measurement taken under load), the larger kept.
+
+    Returns {gflops_per_s (None when it could not be measured), kernel, key, cached, file}.
+    """
+    from runner.models.onednn import cache_dir
+
+    key = machine_key(threads)
+    path = cache_dir() / PEAK_FILE
+    try:
+        known = json.loads(path.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):  # absent or corrupt: measured again and rewritten
+        known = {}
+    entry = known.get(key)
+    value = entry.get("gflops_per_s") if isinstance(entry, dict) else None
+    record = {"kernel": f"numpy sgemm {PEAK_N}^3, best of {PEAK_REPEATS}", "key": key, "file": str(path)}
+    if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 and value >= at_least:
+        return {"gflops_per_s": float(value), **record, "cached": True}
+    measured = measure_peak(threads)
+    if measured is None:
+        return {"gflops_per_s": value if isinstance(value, (int, float)) else None, **record, "cached": False}
+    best = max(measured, value) if isinstance(value, (int, float)) and math.isfinite(value) else measured
+    known[key] = {"gflops_per_s": best, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    try:
+        from runner.rundir.atomic import write_json
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(str(path), known)
+    except OSError as e:  # a read-only cache: measured again next time, nothing else changes
+        log.warning("could not cache the matmul peak in %s (%s)", path, e)
+    return {"gflops_per_s": best, **record, "cached": False}
 
 
 def device_peak_memory_mb(target: str):
@@ -113,8 +202,10 @@ def device_peak_memory_mb(target: str):
         return None
 
 
-def measure(net, data, throughput: float, target: str):
-    """(the `flops` block of metrics.json, peak device memory in MiB or None)."""
+def measure(net, data, throughput: Optional[float], target: str, threads: Optional[int] = None):
+    """(the `flops` block of metrics.json, peak device memory in MiB or None).
+
+    throughput None (too few steps to measure one): FLOPs per sample only."""
     fwd = forward_flops_per_sample(net, data.channels, data.height, data.width)
     train_per_sample = TRAIN_FLOPS_PER_FORWARD * fwd["total"]
     if fwd["conv_paths"]:
@@ -125,7 +216,7 @@ def measure(net, data, throughput: float, target: str):
                 for p, e in fwd["conv_paths"].items()
             ),
         )
-    achieved = train_per_sample * throughput / 1e9
+    achieved = train_per_sample * throughput / 1e9 if throughput else None
     flops = {
         "forward_per_sample": fwd["total"],
         "forward_conv_per_sample": fwd["conv"],
@@ -135,10 +226,13 @@ def measure(net, data, throughput: float, target: str):
         "train_per_sample": train_per_sample,
         "achieved_gflops_per_s": achieved,
         "matmul_peak_gflops_per_s": None,
+        "peak": None,  # how the peak was measured: kernel, cache key, cached or measured by this run
         "utilization": None,
     }
-    if target == "CPU":
-        peak = matmul_peak_gflops()
-        flops["matmul_peak_gflops_per_s"] = peak
-        flops["utilization"] = achieved / peak
+    if target == "CPU" and achieved is not None:
+        peak = machine_peak(threads, at_least=achieved)
+        flops["peak"] = peak
+        if peak["gflops_per_s"]:
+            flops["matmul_peak_gflops_per_s"] = peak["gflops_per_s"]
+            flops["utilization"] = achieved / peak["gflops_per_s"]
     return flops, device_peak_memory_mb(target)

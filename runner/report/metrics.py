@@ -24,14 +24,19 @@ class RunMetrics:
     top_checkpoints: List[dict] = field(default_factory=list)  # the checkpoint.top_k kept best ones, best first
     early_stop: Optional[dict] = None  # stopped, monitor, patience, min_delta, epoch, step, reason, restored
     fine_tune: Optional[dict] = None  # init_from, loaded, reinitialised, unused, frozen, frozen_parameters
-    # time
-    compile_seconds: float = 0.0  # first step call minus a steady one: graph compilation, s
-    first_call_seconds: float = 0.0  # s
-    step_time_median_ms: float = 0.0  # steady steps (the first excluded), ms per step
-    step_time_p90_ms: float = 0.0  # ms per step
-    throughput_samples_per_s: float = 0.0  # steady steps, samples/s
-    train_seconds: float = 0.0  # all steps, s
+    # time: of this process's steps; None where too few steps ran to tell compile from steady state
+    # (timing_note says why), never the compile step taken for a steady one or an earlier process's numbers
+    compile_seconds: Optional[float] = None  # first step call minus a steady one: graph compilation, s
+    first_call_seconds: Optional[float] = None  # s
+    step_time_median_ms: Optional[float] = None  # steady steps (the first excluded), ms per step
+    step_time_p90_ms: Optional[float] = None  # ms per step
+    throughput_samples_per_s: Optional[float] = None  # steady steps, samples/s
+    train_seconds: float = 0.0  # this process's steps, s
     host_fraction: Optional[float] = None  # share of steady time between steps (data, callbacks, Python)
+    timing_note: Optional[str] = None  # why a timing field above is None
+    # seconds from the command to the first training step, by phase: import, compose, build, first_step
+    # (compilation and the step), total; None for a phase this process did not go through (runner.train)
+    startup: dict = field(default_factory=dict)
     steps: int = 0  # global step at the end
     step_time_ms_curve: List[float] = field(default_factory=list)  # ms per step, per step call
     # compiles and shapes

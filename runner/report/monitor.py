@@ -54,6 +54,10 @@ class RunMonitor(Callback):
     def on_train_begin(self, run_context):
         self._start = self._last = time.perf_counter()
 
+    def first_step_times(self):
+        """(perf_counter time Model.train began, time its first step ended); None where not reached."""
+        return self._start, (self._start + self.intervals[0] if self._start is not None and self.intervals else None)
+
     def on_train_epoch_begin(self, run_context):
         self._epoch_start = len(self.outputs)
 
@@ -131,46 +135,50 @@ class RunMonitor(Callback):
         }
 
     def timing(self) -> dict:
-        """Compile time (first call minus a steady call) and steady-state per-step statistics.
+        """This process's steps: compile time (first call minus a steady one) and steady per-step statistics.
 
-        Of this process's steps; a resume that had no step left to train (it only finishes the
-        evaluation and report) reports those of the steps recorded before it.
+        What cannot be told apart is recorded as None with the reason in `timing_note`, never guessed: a
+        process that trained no step (a resume that only redoes the evaluation and report: the earlier
+        process's timing is in its own records), and a single step call, whose time is compile and step
+        in one.
         """
         if not self.steps:
-            return self._prior_timing()
+            note = "this process trained no step (it only finished the evaluation and report)"
+            return {**_UNMEASURED, "train_seconds": 0.0, "steps": self.start_step, "timing_note": note}
         counts = np.diff([0] + self.steps)
         per_step = np.array(self.intervals) / counts
-        steady = per_step[1:] if len(per_step) > 1 else per_step
-        median = float(np.median(steady))
-        compile_s = max(0.0, self.intervals[0] - median * counts[0])
-        steady_time = float(np.sum(self.intervals[1:])) if len(per_step) > 1 else self.intervals[0]
-        steady_steps = int(np.sum(counts[1:])) if len(per_step) > 1 else int(counts[0])
-        return {
-            "compile_seconds": compile_s,
+        measured = {
             "first_call_seconds": self.intervals[0],
-            "step_time_median_ms": median * 1000,
-            "step_time_p90_ms": float(np.percentile(steady, 90)) * 1000,
-            "throughput_samples_per_s": steady_steps * self.batch_size / steady_time,
             "train_seconds": float(np.sum(self.intervals)),
-            # Between a step's end and the next step's begin: data fetch, callbacks, Python.
-            "host_fraction": float(np.sum(self.gaps) / steady_time) if self.gaps else None,
             "steps": self.start_step + int(self.steps[-1]),
         }
-
-    def _prior_timing(self) -> dict:
-        ms = np.array([t for t in self.prior["step_time_ms"] if np.isfinite(t)] or [0.0]) / 1000
-        steady = ms[1:] if len(ms) > 1 else ms
+        if len(per_step) == 1:
+            note = "one step call: its time is the compilation and the step in one, so neither is measured"
+            return {**_UNMEASURED, **measured, "timing_note": note}
+        steady = per_step[1:]
         median = float(np.median(steady))
+        steady_time = float(np.sum(self.intervals[1:]))
         return {
-            "compile_seconds": max(0.0, float(ms[0]) - median),
-            "first_call_seconds": float(ms[0]),
+            **measured,
+            "compile_seconds": max(0.0, self.intervals[0] - median * counts[0]),
             "step_time_median_ms": median * 1000,
             "step_time_p90_ms": float(np.percentile(steady, 90)) * 1000,
-            "throughput_samples_per_s": self.batch_size / median if median > 0 else 0.0,
-            "train_seconds": float(np.sum(ms)),
-            "host_fraction": None,
-            "steps": self.start_step,
+            "throughput_samples_per_s": int(np.sum(counts[1:])) * self.batch_size / steady_time,
+            # Between a step's end and the next step's begin: data fetch, callbacks, Python.
+            "host_fraction": float(np.sum(self.gaps) / steady_time) if self.gaps else None,
+            "timing_note": None,
         }
+
+
+# The timing fields a process could not measure (RunMonitor.timing says why in timing_note).
+_UNMEASURED = {
+    "compile_seconds": None,
+    "first_call_seconds": None,
+    "step_time_median_ms": None,
+    "step_time_p90_ms": None,
+    "throughput_samples_per_s": None,
+    "host_fraction": None,
+}
 
 
 class _ProgressBar:

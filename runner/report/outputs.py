@@ -24,6 +24,18 @@ def versions() -> dict:
     return out
 
 
+def current_rss_mb() -> float:
+    """Resident memory of this process now, MiB (Linux /proc; the peak so far elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return peak_rss_mb()
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -75,7 +87,8 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
     """
     from runner.report import advice, flops
 
-    m.flops, m.peak_device_memory_mb = flops.measure(net, data, m.throughput_samples_per_s, m.device_target)
+    threads = (m.distributed or {}).get("threads_per_rank")
+    m.flops, m.peak_device_memory_mb = flops.measure(net, data, m.throughput_samples_per_s, m.device_target, threads)
     m.pid = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
     m.plot = os.path.join(m.run_dir, "curves.png")
     m.loss_scale_curve = series["loss_scale"]
@@ -102,13 +115,20 @@ def summary_line(m: RunMetrics) -> str:
         acc += f" (restored best, step {stop.get('restored_step')})"
     f = m.flops or {}
     util = f" ({f['utilization']:.0%} of matmul peak)" if f.get("utilization") is not None else ""
-    gflops = f" | {f['achieved_gflops_per_s']:.1f} GFLOP/s{util}" if f else ""
+    gflops = f" | {f['achieved_gflops_per_s']:.1f} GFLOP/s{util}" if f.get("achieved_gflops_per_s") else ""
     prof = m.profile or {}
     profiled = f"profile: {prof['dir']} | " if prof.get("recorded") else ""
+    if m.step_time_median_ms is None:  # too few steps in this process to measure (timing_note says why)
+        timing = f"compile - ({m.compile_count}x) | step - | - samples/s"
+    else:
+        timing = (
+            f"compile {m.compile_seconds:.2f} s ({m.compile_count}x) | step {m.step_time_median_ms:.1f} ms (median) "
+            f"{m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops}"
+        )
+    first = (m.startup or {}).get("total")
+    started = f" | first step after {first:.1f} s" if first is not None else ""
     return (
-        f"{acc} | train_loss {m.final_loss:.4f} (last step) | compile {m.compile_seconds:.2f} s "
-        f"({m.compile_count}x) | step {m.step_time_median_ms:.1f} ms (median) "
-        f"{m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops} | "
+        f"{acc} | train_loss {m.final_loss:.4f} (last step) | {timing}{started} | "
         f"peak RSS {m.peak_host_memory_mb:.0f} MB | "
         f"{m.mode} {m.amp_level_used} on {m.device_target} | {profiled}outputs: {m.run_dir}"
     )

@@ -64,7 +64,7 @@ class ProfileWindow(Callback):
         self.running = False
         self.prof.stop()
         if self.trace() is not None:
-            log.info("profile: steps %d-%d recorded in %s", self.start_step, self.last_step(), self.dir)
+            log.info("profile: steps %d-%d recorded in %s", self.start_step, self.recorded_last(), self.dir)
         else:
             log.warning(
                 "profile: the run took %d steps, so the window of steps %d-%d was not recorded",
@@ -75,6 +75,14 @@ class ProfileWindow(Callback):
 
     def last_step(self) -> int:
         return self.start_step + self.steps - 1
+
+    def recorded_last(self) -> int:
+        """The last step the window covered: the run may end before the window does."""
+        return min(self.seen, self.last_step())
+
+    def recorded_steps(self) -> int:
+        """How many steps the profile holds (profile.steps asks for a window; a shorter run records less)."""
+        return max(0, self.recorded_last() - self.start_step + 1) if self.trace() is not None else 0
 
     def trace(self) -> Optional[str]:
         """The trace file the analysis wrote, or None."""
@@ -87,7 +95,8 @@ class ProfileWindow(Callback):
         return {
             "dir": self.dir,
             "start_step": self.start_step,
-            "steps": self.steps,
+            "steps": self.recorded_steps(),  # what was profiled, not what profile.steps asked for
+            "steps_requested": self.steps,
             "recorded": trace is not None,
             "trace": trace,
         }

@@ -144,8 +144,9 @@ def _row(job_dir: Path) -> JobRow:
             row.status, row.error = "failed", f"{info.get('error_type', 'Error')}: {info.get('error', '')}"
         return row
     if not metrics.exists():
-        if (hydra_dir / "config.yaml").exists() and OmegaConf.load(hydra_dir / "config.yaml").get("dry_run"):
-            row.status = "validated"  # dry_run=true: checked, nothing trained
+        saved = OmegaConf.load(hydra_dir / "config.yaml") if (hydra_dir / "config.yaml").exists() else {}
+        if saved.get("dry_run") or saved.get("plan"):
+            row.status = "validated"  # dry_run=true or plan=true: checked (and planned), nothing trained
             return row
         row.status, row.error = "failed", "no metrics.json (the job did not finish)"
         return row

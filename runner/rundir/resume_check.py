@@ -45,7 +45,7 @@ CHANGEABLE = (
 )
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
-IGNORED = ("resume", "dry_run", "hydra", "defaults", "init_from")
+IGNORED = ("resume", "dry_run", "plan", "hydra", "defaults", "init_from")
 # history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes"} each). config.yaml
 # stays the configuration the run started with, so re-running it gives the same result whatever happened
 # since; the run's current settings are config.yaml with these changes applied (current()).

@@ -402,7 +402,7 @@ class Recipe:
     def collect(self, o: Outcome) -> RunMetrics:
         """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
         from runner.amp.guard import guard_metrics
-        from runner.report import outputs
+        from runner.report import outputs, startup
         from runner.report.accuracy import as_metrics
         from runner.report.loggers import chosen
         from runner.rundir import resume_check
@@ -428,7 +428,8 @@ class Recipe:
             augment=self.data.augment,
             label_smoothing=cfg.loss.label_smoothing,
             skipped_samples=self.data.skipped_samples,
-            peak_host_memory_mb=outputs.peak_rss_mb(),
+            peak_host_memory_mb=outputs.peak_rss_mb(),  # read again once the report is written (report())
+            startup=startup.record(*self.monitor.first_step_times()),
             amp_level_used=self.trainer.used.amp_level_used,
             loss_scale_type_used=self.trainer.used.loss_scale_type_used,
             native_loss_scale_cell=self.trainer.used.native_loss_scale_cell,
@@ -479,20 +480,22 @@ class Recipe:
         title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
         save = cfg.save_checkpoint and not o.failure
         outputs.measure(m, self.net, self.data, series)
-        if save:
-            m.checkpoint = RunDir(env.run_dir).model
-        try:  # the numbers first: a plot or checkpoint that cannot be written must not take them with it
+        unsaved = self._save_model(m) if save else None
+        # Read last, after the FLOP count's forward pass and the checkpoint's serialisation: the peak of the
+        # whole run, as /usr/bin/time would report it (before, the later steps' memory was missed).
+        m.peak_host_memory_mb = outputs.peak_rss_mb()
+        try:  # the numbers first: a plot that cannot be written must not take them with it
             m.write(RunDir(env.run_dir).metrics)
+            if unsaved is not None:
+                raise unsaved
             outputs.plot(m, series, title)
-            if save:
-                from runner.rundir.atomic import save_checkpoint
-
-                save_checkpoint(self.net, RunDir(env.run_dir).model)
             outputs.finish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
                 from runner.rundir.atomic import write_json
+                from runner.training.plan import record_speed
 
                 write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
+                record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds)  # for plan=true
         except OSError as e:
             raise UserError(
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
@@ -502,6 +505,18 @@ class Recipe:
             raise o.failure
         print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
         return m
+
+    def _save_model(self, m: RunMetrics) -> Optional[OSError]:
+        """Write model.ckpt (atomically) and name it in the metrics; the error when it could not be written,
+        so metrics.json never names a checkpoint that does not exist (a full disk)."""
+        from runner.rundir.atomic import save_checkpoint
+
+        try:
+            save_checkpoint(self.net, RunDir(self.env.run_dir).model)
+        except OSError as e:
+            return e
+        m.checkpoint = RunDir(self.env.run_dir).model
+        return None
 
     def interrupted_after_training(self, signum: int) -> NoReturn:
         """The final phase was interrupted: keep the end of training resumable, say how to finish, raise Interrupted
