@@ -15,11 +15,11 @@ When the estimated peak does not fit the memory this process may use, it says so
 batch size that fits. Tested against measured runs (tests/test_plan.py states the tolerances).
 """
 
-import json
 import logging
-import time
 from dataclasses import asdict, dataclass
 from typing import Optional
+
+from runner.report.speed import speed_key, speed_records
 
 log = logging.getLogger("runner")
 
@@ -36,7 +36,6 @@ STEP_OVERHEAD_MS_PER_LAYER = 1.0
 ACTIVATION_FACTOR = 0.6
 RUNTIME_MB = 86.0
 RUNTIME_PER_WEIGHT = 5.6
-SPEED_FILE = "speed.json"
 
 
 @dataclass
@@ -182,25 +181,9 @@ def make_plan(cfg) -> RunPlan:
     )
 
 
-def speed_key(cfg, conv_path: str) -> str:
-    """What a step's time depends on besides the machine: the model, the input, the batch, how it runs."""
-    from runner.report.flops import machine_key
-
-    shape = f"{cfg.padding.name}:{cfg.padding.get('height', '')}x{cfg.padding.get('width', '')}"
-    return " | ".join(
-        [
-            machine_key(None),
-            f"{cfg.model.name}/{cfg.model.get('arch', '')}/w{cfg.model.get('width', '')}",
-            f"{cfg.data.name} {shape}",
-            f"batch {cfg.batch_size}",
-            f"{cfg.mode.name} {cfg.amp.level} conv {conv_path}",
-        ]
-    )
-
-
 def _step_ms(cfg, conv_path: str, target: str, flops_step: float, layers: int, machine_peak) -> tuple:
     """(estimated ms a step, where the estimate comes from)."""
-    record = _speed_records().get(speed_key(cfg, conv_path))
+    record = speed_records().get(speed_key(cfg, conv_path))
     if isinstance(record, dict) and isinstance(record.get("step_ms"), (int, float)):
         return float(record["step_ms"]), f"this machine's run of this configuration, {record.get('when', '')}"
     if target != "CPU":
@@ -211,39 +194,6 @@ def _step_ms(cfg, conv_path: str, target: str, flops_step: float, layers: int, m
     rate = peak["gflops_per_s"] * 1e9 * UTILIZATION.get(conv_path, UTILIZATION["native"])
     ms = flops_step / rate * 1000 + STEP_OVERHEAD_MS_PER_LAYER * layers
     return ms, f"{UTILIZATION.get(conv_path, UTILIZATION['native']):.0%} of the {peak['gflops_per_s']:.0f} GFLOP/s peak"
-
-
-def _speed_file():
-    from runner.models.onednn import cache_dir
-
-    return cache_dir() / SPEED_FILE
-
-
-def _speed_records() -> dict:
-    try:
-        data = json.loads(_speed_file().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):  # absent or corrupt: estimated from the peak instead
-        return {}
-
-
-def record_speed(cfg, conv_path: str, step_ms: Optional[float], compile_s: Optional[float]) -> None:
-    """Remember a finished run's steady step time for later plans of the same configuration on this machine."""
-    if step_ms is None:
-        return
-    from runner.rundir.atomic import write_json
-
-    records = _speed_records()
-    records[speed_key(cfg, conv_path)] = {
-        "step_ms": round(step_ms, 3),
-        "compile_s": None if compile_s is None else round(compile_s, 3),
-        "when": time.strftime("%Y-%m-%d %H:%M"),
-    }
-    try:
-        _speed_file().parent.mkdir(parents=True, exist_ok=True)
-        write_json(str(_speed_file()), records)
-    except OSError as e:  # a read-only cache: later plans estimate from the peak
-        log.debug("could not record the step time in %s: %s", _speed_file(), e)
 
 
 def memory_limit_mb() -> Optional[float]:

@@ -491,8 +491,8 @@ class Recipe:
             outputs.plot(m, series, title)
             outputs.finish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
+                from runner.report.speed import record_speed
                 from runner.rundir.atomic import write_json
-                from runner.training.plan import record_speed
 
                 write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
                 record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds)  # for plan=true
