@@ -29,6 +29,7 @@ from mindspore import Tensor, nn, ops
 log = logging.getLogger(__name__)
 
 PATHS = ("best", "native", "gemm", "auto", "onednn")
+CELL_PATHS = ("native", "gemm", "onednn", "dense")  # what a cell runs, once auto and best are resolved
 # A handful of timed fwd+bwd repeats after one warm-up; the minimum is the least noisy estimate on a
 # shared machine. The batch is the runner's default batch size (the model is built before the batch
 # size is known to it); the winner can differ with the batch for shapes where both paths are close.
@@ -52,9 +53,9 @@ class PathConv2d(nn.Conv2d):
     """
 
     def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None):
-        if path not in ("native", "gemm", "onednn"):
+        if path not in CELL_PATHS:
             raise ValueError(
-                f"PathConv2d path must be 'native', 'gemm' or 'onednn' (resolve 'auto' first), got {path!r}"
+                f"PathConv2d path must be one of {', '.join(CELL_PATHS)} (resolve 'auto' and 'best' first), got {path!r}"
             )
         super().__init__(
             cin,
@@ -75,6 +76,15 @@ class PathConv2d(nn.Conv2d):
             # A plain Tensor attribute, not a Parameter: a constant of the graph, absent from checkpoints.
             self.select = Tensor(selection_matrix(size, kernel_size, stride, padding))
         self.matmul_bt = ops.MatMul(transpose_b=True)
+        self.taps = None
+        if path == "dense":
+            if size is None or not dense_feasible(kernel_size, stride, padding, size):
+                raise ValueError(
+                    "PathConv2d(path='dense') needs an input size on which every output pixel's window covers "
+                    f"the whole input; k{kernel_size} s{stride} p{padding} @{size} is not one"
+                )
+            # (H*W*OH*OW, k*k) 0/1: which tap joins each (input pixel, output pixel) pair. A constant.
+            self.taps = Tensor(tap_matrix(size, kernel_size, stride, padding))
         self.use_onednn = path == "onednn"
         if self.use_onednn:
             from runner.models import onednn
@@ -86,6 +96,8 @@ class PathConv2d(nn.Conv2d):
     def construct(self, x):
         if self.use_gemm:
             return self._gemm(x)
+        if self.taps is not None:
+            return self._dense(x)
         if self.use_onednn:
             # float16 (AMP) tensors are converted to float32 inside, as MindSpore's CPU Conv2D does.
             return self.onednn(x, self.weight, self.onednn_stride, self.onednn_padding)
@@ -113,6 +125,46 @@ class PathConv2d(nn.Conv2d):
         wmat = ops.reshape(ops.transpose(ops.cast(self.weight, x.dtype), (0, 2, 3, 1)), (self.out_channels, kk * c))
         out = self.matmul_bt(cols, wmat)  # (N*OH*OW, Cout)
         return ops.transpose(ops.reshape(out, (n, oh, ow, self.out_channels)), (0, 3, 1, 2))
+
+
+    def _dense(self, x):
+        n, c, h, w = x.shape
+        if h != self.size or w != self.size:  # as _gemm: another input size runs the native convolution
+            return self.conv2d(x, self.weight)
+        oh = conv_output_size(h, self.k, self.s, self.p)
+        pixels, outs, o = h * w, oh * oh, self.out_channels
+        # Every output pixel reads every input pixel, each pair through exactly one tap: the convolution
+        # is one (N, C*H*W) x (C*H*W, O*OH*OW) matmul over the plain NCHW memory, no im2col, no padding
+        # taps, no transposes of activations. The dense weight is gathered from the kernel by a small
+        # matmul with the constant tap matrix (its backward sums each tap's gradient back).
+        wk = ops.reshape(ops.cast(self.weight, x.dtype), (o * c, self.k * self.k))
+        pairs = self.matmul_bt(wk, ops.cast(self.taps, x.dtype))  # (O*C, H*W*OH*OW)
+        dense = ops.reshape(ops.transpose(ops.reshape(pairs, (o, c, pixels, outs)), (1, 2, 0, 3)), (c * pixels, o * outs))
+        return ops.reshape(ops.matmul(ops.reshape(x, (n, c * pixels)), dense), (n, o, oh, oh))
+
+
+def tap_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:
+    """(H*W*OH*OW, k*k) 0/1 matrix: row (input pixel, output pixel) marks the kernel tap joining them."""
+    out = conv_output_size(size, kernel_size, stride, padding)
+    taps = np.zeros((size * size, out * out, kernel_size * kernel_size), np.float32)
+    for y in range(out):
+        for x in range(out):
+            for i in range(kernel_size):
+                for j in range(kernel_size):
+                    sy, sx = y * stride + i - padding, x * stride + j - padding
+                    if 0 <= sy < size and 0 <= sx < size:
+                        taps[sy * size + sx, y * out + x, i * kernel_size + j] = 1.0
+    return taps.reshape(size * size * out * out, kernel_size * kernel_size)
+
+
+def dense_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
+    """Whether every output pixel's window covers the whole input (layer4's 3x3 convs on 2x2 maps): then
+    the convolution is one dense matmul that multiplies no padding. Bounded to small inputs, whose
+    dense weight (C*H*W x O*OH*OW) is no larger than a few times the kernel."""
+    if not size or size * size > 16:
+        return False
+    pairs = tap_matrix(size, kernel_size, stride, padding).reshape(size * size, -1, kernel_size * kernel_size)
+    return bool((pairs.sum(axis=2) == 1).all())
 
 
 def selection_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:
@@ -175,15 +227,15 @@ def _timer(path, cin, cout, k, stride, padding, size):
     return once
 
 
-def time_paths(cin, cout, k, stride, padding, size) -> dict:
-    """Best forward + backward seconds of each path, repeats interleaved so that load hits both alike."""
-    timers = {p: _timer(p, cin, cout, k, stride, padding, size) for p in ("native", "gemm")}
+def time_paths(cin, cout, k, stride, padding, size, paths=("native", "gemm")) -> dict:
+    """Best forward + backward seconds of each path, repeats interleaved so that load hits all alike."""
+    timers = {p: _timer(p, cin, cout, k, stride, padding, size) for p in paths}
     best = {p: float("inf") for p in timers}
     for i in range(BENCH_REPEATS):
         for p, once in timers.items():
             best[p] = min(best[p], once())
-        if i >= 1 and (best["gemm"] > 2 * best["native"] or best["native"] > 2 * best["gemm"]):
-            break  # a clear winner: spare the remaining repeats
+        if i >= 1 and max(best.values()) > 2 * min(best.values()) and len(best) == 2:
+            break  # two paths and a clear winner: spare the remaining repeats
     return best
 
 

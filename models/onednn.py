@@ -275,8 +275,32 @@ def _private(directory: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
+def _digest_file(path: Path) -> Path:
+    """Where the SHA-256 of a built library is kept: beside it, written before the library is renamed in."""
+    return Path(f"{path}.sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _intact(path: Path) -> bool:
+    """Whether the file is byte for byte the library that was built (its recorded SHA-256).
+
+    Checked before the file is loaded: dlopen maps a library whose segments run past the end of a cut
+    file (a full disk, a copy stopped short), and the first touch of them kills the process with SIGBUS,
+    which no Python code can catch. A library without a recorded digest is treated as unknown: rebuilt.
+    """
+    try:
+        return _digest_file(path).read_text().strip() == _sha256(path)
+    except OSError:
+        return False
+
+
 def _loads(path: Path) -> bool:
-    """Whether the file is a loadable library with the three operators."""
+    """Whether the file is the intact library that was built, loadable, with the three operators."""
+    if not _intact(path):
+        return False
     try:
         lib = ctypes.CDLL(str(path))
         return all(hasattr(lib, f) for f in ("ConvForward", "ConvBackwardData", "ConvBackwardWeights"))
@@ -299,6 +323,18 @@ def _compile(compiler: str, dnnl: Path, out: Path) -> str:
             f"model.conv=onednn: compiling {SOURCE.name} with {compiler} failed: {' / '.join(errors)}. "
             "Use model.conv=native or auto."
         )
+    # The digest first, then the library: a reader that finds the library finds its digest too. Builds
+    # racing on one name write the same bytes (the key covers all that shapes them); a mismatch from
+    # an interleaving only costs the next run a rebuild.
+    digest = _digest_file(out)
+    digest_tmp = Path(f"{tmp}.sha256")
+    try:
+        digest_tmp.write_text(_sha256(Path(tmp)) + "\n")
+        os.replace(digest_tmp, digest)
+    except OSError:
+        os.unlink(tmp)
+        digest_tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, out)  # atomic: a concurrent run sees the whole library or none
     log.info("model.conv=onednn: built %s", out)
     return str(out)

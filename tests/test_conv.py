@@ -147,6 +147,36 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
 
 
 @needs_compiler
+def test_a_cached_library_cut_short_is_rebuilt_not_a_crash(tmp_path):
+    # dlopen of a library cut short maps segments past the end of the file: the first touch was SIGBUS
+    # (exit 135, no message) in every later run. The digest check runs before anything is loaded; in a
+    # fresh process, since a library this process has loaded stays mapped whatever the file becomes.
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = "from runner.models import onednn; print(onednn.choose().line()); print(onednn.library())"
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.splitlines()
+
+    line, built = run()
+    assert "runs onednn convolutions" in line
+    size = os.path.getsize(built)
+    with open(built, "r+b") as f:
+        f.truncate(3000)
+    line, again = run()
+    assert again == built and os.path.getsize(built) == size and "runs onednn convolutions" in line
+    # Same bytes, another content (a flipped byte): not the library that was built, so rebuilt too.
+    data = bytearray(open(built, "rb").read())
+    data[size // 2] ^= 0xFF
+    open(built, "wb").write(bytes(data))
+    assert run()[1] == built and open(built, "rb").read() != bytes(data)
+
+
+@needs_compiler
 def test_onednn_with_a_cache_home_that_is_a_file_builds_in_a_temporary_directory(tmp_path, monkeypatch):
     import tempfile
 
