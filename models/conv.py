@@ -35,7 +35,7 @@ CELL_PATHS = ("native", "gemm", "onednn", "dense")  # what a cell runs, once aut
 # size is known to it); the winner can differ with the batch for shapes where both paths are close.
 BENCH_BATCH = 32
 BENCH_REPEATS = 5
-GEMM_MARGIN = 0.9  # gemm is chosen only when at least 10% faster
+GEMM_MARGIN = 0.9  # an alternative to the default path is chosen only when at least 10% faster
 # Largest im2col selection matrix (elements) the gemm path builds: 16 MB. Larger inputs (the 7x7 stem
 # at 64 px would need 800 MB) are where the native convolution wins anyway; they stay native.
 GEMM_MAX_SELECT = 2**22
@@ -52,7 +52,7 @@ class PathConv2d(nn.Conv2d):
     classes called Conv2d (this one and its base) made it call the wrong constructor (a TypeError).
     """
 
-    def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None):
+    def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None, weight_init=None):
         if path not in CELL_PATHS:
             raise ValueError(
                 f"PathConv2d path must be one of {', '.join(CELL_PATHS)} (resolve 'auto' and 'best' first), got {path!r}"
@@ -65,6 +65,7 @@ class PathConv2d(nn.Conv2d):
             pad_mode="pad" if padding else "valid",
             padding=padding,
             has_bias=False,
+            **({} if weight_init is None else {"weight_init": weight_init}),
         )
         self.path = path
         self.use_gemm = path == "gemm"
@@ -83,7 +84,7 @@ class PathConv2d(nn.Conv2d):
                     "PathConv2d(path='dense') needs an input size on which every output pixel's window covers "
                     f"the whole input; k{kernel_size} s{stride} p{padding} @{size} is not one"
                 )
-            # (H*W*OH*OW, k*k) 0/1: which tap joins each (input pixel, output pixel) pair. A constant.
+            # Which tap joins each (output pixel, input pixel) pair: a constant of the graph, not a Parameter.
             self.taps = Tensor(tap_matrix(size, kernel_size, stride, padding))
         self.use_onednn = path == "onednn"
         if self.use_onednn:
@@ -132,29 +133,33 @@ class PathConv2d(nn.Conv2d):
         if h != self.size or w != self.size:  # as _gemm: another input size runs the native convolution
             return self.conv2d(x, self.weight)
         oh = conv_output_size(h, self.k, self.s, self.p)
-        pixels, outs, o = h * w, oh * oh, self.out_channels
-        # Every output pixel reads every input pixel, each pair through exactly one tap: the convolution
-        # is one (N, C*H*W) x (C*H*W, O*OH*OW) matmul over the plain NCHW memory, no im2col, no padding
-        # taps, no transposes of activations. The dense weight is gathered from the kernel by a small
-        # matmul with the constant tap matrix (its backward sums each tap's gradient back).
-        wk = ops.reshape(ops.cast(self.weight, x.dtype), (o * c, self.k * self.k))
-        pairs = self.matmul_bt(wk, ops.cast(self.taps, x.dtype))  # (O*C, H*W*OH*OW)
-        dense = ops.reshape(ops.transpose(ops.reshape(pairs, (o, c, pixels, outs)), (1, 2, 0, 3)), (c * pixels, o * outs))
-        return ops.reshape(ops.matmul(ops.reshape(x, (n, c * pixels)), dense), (n, o, oh, oh))
+        o, kk = self.out_channels, self.k * self.k
+        # Every output pixel reads every input pixel, each pair through exactly one tap: output pixel q is
+        # one (N, C*H*W) x (C*H*W, O) matmul over the plain NCHW memory: no im2col, no padding taps, no
+        # transpose of activations or weights. Its (O, C*H*W) weight is the kernel's taps gathered by a
+        # small matmul with a constant 0/1 matrix (whose backward sums each tap's gradient back).
+        flat = ops.reshape(x, (n, c * h * w))
+        wk = ops.reshape(ops.cast(self.weight, x.dtype), (o * c, kk))
+        taps = ops.cast(self.taps, x.dtype)
+        outs = []
+        for q in range(oh * oh):
+            wq = ops.reshape(ops.matmul(wk, taps[q]), (o, c * h * w))
+            outs.append(self.matmul_bt(flat, wq))
+        return ops.reshape(ops.stack(outs, axis=2), (n, o, oh, oh))
 
 
 def tap_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:
-    """(H*W*OH*OW, k*k) 0/1 matrix: row (input pixel, output pixel) marks the kernel tap joining them."""
+    """(OH*OW, k*k, H*W) 0/1: for output pixel q, which kernel tap reads each input pixel."""
     out = conv_output_size(size, kernel_size, stride, padding)
-    taps = np.zeros((size * size, out * out, kernel_size * kernel_size), np.float32)
+    taps = np.zeros((out * out, kernel_size * kernel_size, size * size), np.float32)
     for y in range(out):
         for x in range(out):
             for i in range(kernel_size):
                 for j in range(kernel_size):
                     sy, sx = y * stride + i - padding, x * stride + j - padding
                     if 0 <= sy < size and 0 <= sx < size:
-                        taps[sy * size + sx, y * out + x, i * kernel_size + j] = 1.0
-    return taps.reshape(size * size * out * out, kernel_size * kernel_size)
+                        taps[y * out + x, i * kernel_size + j, sy * size + sx] = 1.0
+    return taps
 
 
 def dense_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
@@ -163,8 +168,7 @@ def dense_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
     dense weight (C*H*W x O*OH*OW) is no larger than a few times the kernel."""
     if not size or size * size > 16:
         return False
-    pairs = tap_matrix(size, kernel_size, stride, padding).reshape(size * size, -1, kernel_size * kernel_size)
-    return bool((pairs.sum(axis=2) == 1).all())
+    return bool((tap_matrix(size, kernel_size, stride, padding).sum(axis=1) == 1).all())
 
 
 def selection_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:
@@ -211,9 +215,13 @@ class _FwdBwd(nn.Cell):
 
 def _timer(path, cin, cout, k, stride, padding, size):
     """A compiled, warmed-up forward + backward of one convolution: call it to time one step."""
-    conv = PathConv2d(cin, cout, k, stride, padding, path, size)
-    step = _FwdBwd(conv)
     rng = np.random.default_rng(0)
+    # Weights from numpy, not MindSpore's initializer: timing must not draw from the seeded stream the
+    # network's own initial weights come from, or a run that measured would train from other weights
+    # than one that read the cache.
+    weight = Tensor(rng.standard_normal((cout, cin, k, k), dtype=np.float32))
+    conv = PathConv2d(cin, cout, k, stride, padding, path, size, weight_init=weight)
+    step = _FwdBwd(conv)
     out = conv_output_size(size, k, stride, padding)
     x = Tensor(rng.standard_normal((BENCH_BATCH, cin, size, size), dtype=np.float32))
     dy = Tensor(rng.standard_normal((BENCH_BATCH, cout, out, out), dtype=np.float32))
@@ -282,13 +290,45 @@ def _load_cache(path: Path) -> dict:
         return {}
 
 
+# Under model.conv=best, im2col + MatMul is timed against oneDNN only for outputs of at most 4x4 pixels:
+# on larger ones oneDNN's direct kernels won every ResNet shape measured (AVX2 EPYC, AVX-512 Xeon), and
+# timing them would only lengthen the first run on a machine.
+SMALL_OUTPUT = 16
+# Nor is a layer timed under best whose forward pass at BENCH_BATCH is under 100 MFLOP: it takes a
+# millisecond or two whatever runs it, and measuring it (compiling a graph per candidate) costs seconds.
+MIN_TIMED_FLOPS = 1e8
+_best: dict = {}  # model.conv=best's process-wide decision (onednn.choose), per ISA cap
+
+
+def candidates(path: str, kernel_size: int, stride: int, padding: int, size) -> tuple:
+    """The algorithms `path` ("auto": native first, "best" with oneDNN available: onednn first) times for
+    this shape; the first is the default, which an alternative must beat by a margin."""
+    out = conv_output_size(size, kernel_size, stride, padding) if size else None
+    found = ["onednn" if path == "best" else "native"]
+    if size and gemm_feasible(kernel_size, stride, padding, size) and (path == "auto" or out * out <= SMALL_OUTPUT):
+        found.append("gemm")
+    if dense_feasible(kernel_size, stride, padding, size):
+        found.append("dense")
+    return tuple(found)
+
+
+def _onednn_available() -> bool:
+    from runner.models.onednn import choose
+
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    if cap not in _best:
+        _best[cap] = choose(cap).path == "onednn"
+    return _best[cap]
+
+
 def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, padding: int, size: int) -> str:
-    """The algorithm one convolution runs: "native", "gemm" or "onednn".
+    """The algorithm one convolution runs: "native", "gemm", "dense" or "onednn".
 
     Off CPU it is always "native" (GPU/Ascend convolutions are fast). "onednn" is taken as asked, "gemm"
-    unless the shape's im2col matrix would be too large (`gemm_feasible`). "auto" looks the layer shape up
-    in the per-machine cache and, on a miss, times both paths forward + backward in this process and
-    records the winner.
+    unless the shape's im2col matrix would be too large (`gemm_feasible`). "auto" (native, gemm, dense)
+    and "best" (onednn, gemm on small outputs, dense; native where oneDNN is unavailable) look the layer
+    shape up in the per-machine cache and, on a miss, time their candidates forward + backward in this
+    process and record the winner, as cuDNN's benchmark mode does.
     """
     import mindspore as ms
 
@@ -296,37 +336,49 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
         raise ValueError(f"model.conv must be one of {', '.join(PATHS)}, got {path!r}")
     if ms.get_context("device_target") != "CPU":
         return "native"
-    if path == "best":  # decided once per process by the runner; here for models built without it
-        from runner.models.onednn import choose
-
-        path = choose(os.environ.get("ONEDNN_MAX_CPU_ISA")).path
+    if path == "best" and not _onednn_available():
+        return "native"
     if path == "onednn":
         from runner.models.onednn import library
 
         library()  # compiled (or found) now: a missing compiler fails the build, not the first step
         return "onednn"
-    if path == "native" or not gemm_feasible(kernel_size, stride, padding, size):
+    if path == "native" or (path == "gemm" and not gemm_feasible(kernel_size, stride, padding, size)):
         return "native"
     if path == "gemm":
         return "gemm"
+    if size is None:  # no planned input size: nothing but the default can be built
+        return candidates(path, kernel_size, stride, padding, size)[0]
+    return _measured(path, cin, cout, kernel_size, stride, padding, size)
+
+
+def _measured(path: str, cin: int, cout: int, kernel_size: int, stride: int, padding: int, size: int) -> str:
+    paths = candidates(path, kernel_size, stride, padding, size)
+    out = conv_output_size(size, kernel_size, stride, padding)
+    if path == "best" and 2 * BENCH_BATCH * out * out * cout * cin * kernel_size**2 < MIN_TIMED_FLOPS:
+        return paths[0]
+    if len(paths) == 1:
+        return paths[0]
     shape = f"{cin}->{cout} k{kernel_size} s{stride} p{padding} @{size}x{size} batch {BENCH_BATCH}"
+    key = f"{shape} among {'/'.join(paths)}"
     file = cache_path()
     cache = _load_cache(file)
-    entry = cache.get(machine_key(), {}).get(shape)
-    if isinstance(entry, dict) and entry.get("path") in ("native", "gemm"):
+    entry = cache.get(machine_key(), {}).get(key)
+    if isinstance(entry, dict) and entry.get("path") in paths:
         return entry["path"]
-    times = time_paths(cin, cout, kernel_size, stride, padding, size)
-    # gemm must win clearly: where both are close, timing noise would decide, and native is the default.
-    best = "gemm" if times["gemm"] < GEMM_MARGIN * times["native"] else "native"
+    times = time_paths(cin, cout, kernel_size, stride, padding, size, paths)
+    default, fastest = paths[0], min(paths, key=times.get)
+    # An alternative must win clearly: where paths are close, timing noise would decide.
+    best = fastest if times[fastest] < GEMM_MARGIN * times[default] else default
     log.info(
-        "model.conv=auto: %s native %.2f ms, gemm %.2f ms -> %s",
+        "model.conv=%s: %s %s -> %s",
+        path,
         shape,
-        times["native"] * 1e3,
-        times["gemm"] * 1e3,
+        ", ".join(f"{p} {t * 1e3:.2f} ms" for p, t in times.items()),
         best,
     )
     cache = _load_cache(file)  # another process may have written meanwhile
-    cache.setdefault(machine_key(), {})[shape] = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()}}
+    cache.setdefault(machine_key(), {})[key] = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()}}
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_suffix(f".{os.getpid()}.tmp")
