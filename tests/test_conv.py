@@ -90,6 +90,56 @@ def test_each_path_matches_nn_conv2d_forward_and_backward(pynative, shape, path)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+# Shapes on which every output pixel's window covers the whole input (layer4's 3x3 convs on 2x2 maps).
+DENSE_SHAPES = [(4, 6, 3, 1, 1, 2), (5, 3, 3, 1, 1, 1), (4, 6, 1, 1, 0, 1), (3, 4, 5, 1, 2, 3)]
+
+
+@pytest.mark.parametrize("shape", DENSE_SHAPES, ids=lambda s: "{}->{} k{} s{} p{} @{}".format(*s))
+def test_dense_matches_nn_conv2d_forward_and_both_backward_passes(graph, shape):
+    cin, cout, k, s, p, size = shape
+    assert C.dense_feasible(k, s, p, size)
+    rng = np.random.default_rng(3)
+    ref = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
+    alt = C.PathConv2d(cin, cout, k, s, p, "dense", size)
+    alt.weight.set_data(ref.weight.data)
+    x = Tensor(rng.standard_normal((3, cin, size, size), dtype=np.float32))
+    dy = Tensor(rng.standard_normal((3, cout, size, size), dtype=np.float32))
+    for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(alt, x, dy)):
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dense_only_where_every_window_covers_the_input():
+    assert not C.dense_feasible(3, 1, 1, 4)  # 4x4: corner outputs do not see the far corner
+    assert not C.dense_feasible(3, 2, 1, 4)  # layer4's strided conv: 4x4 -> 2x2 misses pixels
+    assert not C.dense_feasible(1, 2, 0, 4)
+    with pytest.raises(ValueError, match="covers the whole input"):
+        C.PathConv2d(4, 6, 3, 1, 1, "dense", 4)
+    assert C.candidates("best", 3, 1, 1, 2) == ("onednn", "gemm", "dense")
+    assert C.candidates("auto", 3, 1, 1, 4) == ("native", "gemm")
+    assert C.candidates("best", 3, 1, 1, 8) == ("onednn",)  # 8x8 outputs: oneDNN's, untimed
+
+
+@needs_compiler
+def test_best_times_its_candidates_once_per_shape_and_reads_the_cache(pynative, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    shape = (8, 8, 3, 1, 1, 2)
+    # Too small to be worth timing: oneDNN's, nothing measured.
+    assert C.choose_path("best", *shape) == "onednn" and not C.cache_path().exists()
+    monkeypatch.setattr(C, "MIN_TIMED_FLOPS", 0)
+    chosen = C.choose_path("best", *shape)
+    (entries,) = json.loads(C.cache_path().read_text()).values()
+    ((key, entry),) = entries.items()
+    assert entry["path"] == chosen and set(entry["ms"]) == {"onednn", "gemm", "dense"}
+    assert key.endswith("among onednn/gemm/dense")
+    cache = {k: {key: {**entry, "path": "dense"}} for k in json.loads(C.cache_path().read_text())}
+    C.cache_path().write_text(json.dumps(cache))
+    assert C.choose_path("best", *shape) == "dense"
+    # auto's choices for the same shape are another entry: different candidates.
+    assert C.choose_path("auto", *shape) in ("native", "gemm", "dense")
+    assert len(next(iter(json.loads(C.cache_path().read_text()).values()))) == 2
+
+
 @needs_compiler
 def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
     rng = np.random.default_rng(1)
