@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from mindspore import Tensor, nn, ops
+from mindspore import dtype as mstype
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,38 @@ class PathConv2d(nn.Conv2d):
             wq = ops.reshape(ops.matmul(wk, taps[q]), (o, c * h * w))
             outs.append(self.matmul_bt(flat, wq))
         return ops.reshape(ops.stack(outs, axis=2), (n, o, oh, oh))
+
+
+class OneDNNMaxPool2d(nn.Cell):
+    """`nn.MaxPool2d(kernel_size, stride, pad_mode="same")` computed by oneDNN with a workspace (the stem's
+    pool on the onednn and best paths): MindSpore's CPU pool runs oneDNN's `simple_nchw` kernel and its
+    backward recomputes the forward; this one runs a jit kernel and reads the saved argmax. The same
+    numbers (a maximum is a maximum; ties send the gradient to one of the equal inputs). Not named
+    MaxPool2d, for the reason PathConv2d is not named Conv2d."""
+
+    def __init__(self, kernel_size: int, stride: int):
+        super().__init__()
+        from runner.models import onednn
+
+        self.kernel_size, self.stride = kernel_size, stride
+        self.pool, self.params = onednn.max_pool_op(kernel_size, stride)
+        self.native = nn.MaxPool2d(kernel_size, stride=stride, pad_mode="same")
+
+    def construct(self, x):
+        if x.dtype != mstype.float32:  # AMP O2/O3 hand float16: MindSpore's own pool takes it
+            return self.native(x)
+        return self.pool(x, self.params)[0]
+
+
+def max_pool(kernel_size: int, stride: int, path: str) -> nn.Cell:
+    """The stem's max pool ("same" padding): oneDNN's with a workspace where the convolutions run oneDNN."""
+    import mindspore as ms
+
+    if ms.get_context("device_target") == "CPU" and (
+        path == "onednn" or (path == "best" and _onednn_available())
+    ):
+        return OneDNNMaxPool2d(kernel_size, stride)
+    return nn.MaxPool2d(kernel_size, stride=stride, pad_mode="same")
 
 
 def tap_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:

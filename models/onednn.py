@@ -275,6 +275,9 @@ def _private(directory: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
+OPERATORS = ("ConvForward", "ConvBackwardData", "ConvBackwardWeights", "MaxPoolForward", "MaxPoolBackward")
+
+
 def _digest_file(path: Path) -> Path:
     """Where the SHA-256 of a built library is kept: beside it, written before the library is renamed in."""
     return Path(f"{path}.sha256")
@@ -303,7 +306,7 @@ def _loads(path: Path) -> bool:
         return False
     try:
         lib = ctypes.CDLL(str(path))
-        return all(hasattr(lib, f) for f in ("ConvForward", "ConvBackwardData", "ConvBackwardWeights"))
+        return all(hasattr(lib, f) for f in OPERATORS)
     except OSError:
         return False
 
@@ -379,6 +382,45 @@ def forward_op(kernel_size: int, stride: int, padding: int):
     return ops.Custom(
         f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, s, p: x, func_type="aot", bprop=bprop
     )
+
+
+def max_pool_op(kernel_size: int, stride: int):
+    """Max pooling (x, (kernel, stride)) -> (y, workspace) as MindSpore's pad_mode="same" computes it, with
+    its backward attached: the workspace holds each window's argmax, so the backward does not recompute
+    the forward. float32 only (the FP32 network, and amp=o1's, which keeps pooling in float32)."""
+    from mindspore import Tensor, ops
+    from mindspore import dtype as mstype
+
+    so = library()
+    lib = ctypes.CDLL(so)  # verified by library(): the digest matched before anything loaded it
+    lib.MaxPoolWorkspaceBytes.restype = ctypes.c_int64
+    lib.MaxPoolWorkspaceBytes.argtypes = [ctypes.c_int64] * 6
+
+    def shapes(x, ks):
+        n, c, h, w = x
+        workspace = lib.MaxPoolWorkspaceBytes(n, c, h, w, kernel_size, stride)
+        if workspace < 0:
+            raise ModelError(f"model.conv=onednn: oneDNN has no max pooling for input {tuple(x)}")
+        return [n, c, -(-h // stride), -(-w // stride)], [workspace]
+
+    backward = ops.Custom(
+        f"{so}:MaxPoolBackward",
+        out_shape=lambda dy, ws, x, ks: x,
+        out_dtype=lambda dy, ws, x, ks: x,
+        func_type="aot",
+    )
+
+    def bprop(x, ks, out, dout):
+        return backward(dout[0], out[1], x, ks), ops.zeros_like(ks)
+
+    forward = ops.Custom(
+        f"{so}:MaxPoolForward",
+        out_shape=shapes,
+        out_dtype=lambda x, ks: (x, mstype.uint8),
+        func_type="aot",
+        bprop=bprop,
+    )
+    return forward, Tensor(np.array([kernel_size, stride], np.int64))
 
 
 def scalars(stride: int, padding: int):

@@ -121,6 +121,28 @@ def test_dense_only_where_every_window_covers_the_input():
 
 
 @needs_compiler
+@pytest.mark.parametrize("shape", [(2, 3, 9, 9), (2, 4, 8, 8), (1, 2, 2, 2), (3, 16, 12, 10)], ids=str)
+def test_onednn_max_pool_matches_mindspores_forward_and_backward(graph, shape):
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal(shape, dtype=np.float32))  # no ties: the gradient has one place to go
+    ref, alt = nn.MaxPool2d(3, stride=2, pad_mode="same"), C.OneDNNMaxPool2d(3, 2)
+    want, got = ref(x).asnumpy(), alt(x).asnumpy()
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    dy = Tensor(rng.standard_normal(want.shape, dtype=np.float32))
+    grad = ops.GradOperation(sens_param=True)
+    np.testing.assert_allclose(grad(alt)(x, dy).asnumpy(), grad(ref)(x, dy).asnumpy(), rtol=1e-6, atol=1e-6)
+    # float16 (amp=o2/o3) takes MindSpore's own pool.
+    np.testing.assert_array_equal(alt(x.astype(ms.float16)).asnumpy(), ref(x.astype(ms.float16)).asnumpy())
+
+
+def test_the_stem_pool_follows_the_convolution_path(pynative):
+    assert type(C.max_pool(3, 2, "native")) is nn.MaxPool2d
+    if _has_compiler():
+        assert type(C.max_pool(3, 2, "onednn")) is C.OneDNNMaxPool2d
+
+
+@needs_compiler
 def test_best_times_its_candidates_once_per_shape_and_reads_the_cache(pynative, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     shape = (8, 8, 3, 1, 1, 2)
