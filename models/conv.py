@@ -91,9 +91,10 @@ class PathConv2d(nn.Conv2d):
         if self.use_onednn:
             from runner.models import onednn
 
-            self.onednn = onednn.forward_op(kernel_size, stride, padding)
-            # Constants of the graph, not Parameters: absent from checkpoints.
-            self.onednn_stride, self.onednn_padding = onednn.scalars(stride, padding)
+            k, s, p = (kernel_size,) * 2, (stride,) * 2, (padding,) * 4
+            self.onednn = onednn.forward_op(k, s, p)
+            # A constant of the graph, not a Parameter: absent from checkpoints.
+            self.onednn_geometry = onednn.geometry(s, p)
 
     def construct(self, x):
         if self.use_gemm:
@@ -102,7 +103,7 @@ class PathConv2d(nn.Conv2d):
             return self._dense(x)
         if self.use_onednn:
             # float16 (AMP) tensors are converted to float32 inside, as MindSpore's CPU Conv2D does.
-            return self.onednn(x, self.weight, self.onednn_stride, self.onednn_padding)
+            return self.onednn(x, self.weight, self.onednn_geometry)
         return self.conv2d(x, self.weight)
 
     def _gemm(self, x):
@@ -147,6 +148,47 @@ class PathConv2d(nn.Conv2d):
             wq = ops.reshape(ops.matmul(wk, taps[q]), (o, c * h * w))
             outs.append(self.matmul_bt(flat, wq))
         return ops.reshape(ops.stack(outs, axis=2), (n, o, oh, oh))
+
+
+class OneDNNConv2d(nn.Conv2d):
+    """An `nn.Conv2d` whose convolution runs oneDNN's blocked kernels (models/onednn.py): what a zoo
+    model's convolutions become (`use_onednn`). Any kernel, stride, dilation, padding mode and group
+    count (grouped and depthwise convolutions included), bias as nn.Conv2d adds it. Made from an existing
+    cell by `use_onednn`, which keeps its parameters, their names and values."""
+
+    def construct(self, x):
+        output = self.onednn(x, self.weight, self.onednn_geometry)
+        if self.has_bias:
+            output = self.bias_add(output, self.bias)
+        return output
+
+
+def _pads(padding) -> tuple:
+    """nn.Conv2d's padding (an int, or (top, bottom, left, right)) as four values."""
+    return (padding,) * 4 if isinstance(padding, int) else tuple(padding)
+
+
+def use_onednn(net: nn.Cell) -> int:
+    """Turn every NCHW `nn.Conv2d` cell of `net` into an `OneDNNConv2d` in place; return how many.
+
+    The cells stay the same objects (their class changes), so parameters keep their names and values and
+    checkpoints load as before. Cells already taking another path (the runner's own PathConv2d) are left.
+    """
+    from runner.models import onednn
+
+    onednn.library()  # a missing compiler fails here, before anything changed
+    swapped = 0
+    for _, cell in net.cells_and_names():
+        if type(cell) is not nn.Conv2d or cell.data_format != "NCHW":
+            continue
+        same = cell.pad_mode == "same"
+        pads = (0,) * 4 if cell.pad_mode != "pad" else _pads(cell.padding)
+        cell.onednn = onednn.forward_op(cell.kernel_size, cell.stride, pads, cell.dilation, same)
+        cell.onednn_geometry = onednn.geometry(cell.stride, pads, cell.dilation, cell.group, same)
+        cell.path = "onednn"
+        cell.__class__ = OneDNNConv2d
+        swapped += 1
+    return swapped
 
 
 class OneDNNMaxPool2d(nn.Cell):
@@ -352,6 +394,14 @@ def _onednn_available() -> bool:
     if cap not in _best:
         _best[cap] = choose(cap).path == "onednn"
     return _best[cap]
+
+
+def best_path() -> str:
+    """model.conv=best for a model whose layers cannot be timed one by one (a zoo model): "onednn" on a
+    CPU where it pays and builds, else "native"."""
+    import mindspore as ms
+
+    return "onednn" if ms.get_context("device_target") == "CPU" and _onednn_available() else "native"
 
 
 def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, padding: int, size: int) -> str:

@@ -343,45 +343,50 @@ def _compile(compiler: str, dnnl: Path, out: Path) -> str:
     return str(out)
 
 
-def forward_op(kernel_size: int, stride: int, padding: int):
-    """The forward operator (x, w, stride, padding) -> y, with its backward (dx, dw) attached.
+def forward_op(kernel, stride, padding, dilation=(1, 1), same: bool = False):
+    """The forward operator (x, w, geometry) -> y of one convolution, with its backward (dx, dw) attached.
 
-    Stride and padding are passed as int64 tensors of one element (`scalars`): an AOT operator receives
-    only tensors. Tensors may be float32 or float16; the output has x's dtype, the weight gradient w's.
+    kernel, stride, dilation: (h, w); padding: (top, bottom, left, right), ignored when `same` (pads as
+    MindSpore's pad_mode="same"). The geometry input is `geometry(...)` of the same values: an AOT
+    operator receives only tensors. Tensors may be float32 or float16; the output has x's dtype, the
+    weight gradient w's.
     """
     from mindspore import ops
 
-    from runner.models.conv import conv_output_size
-
     so = library()
+    (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = kernel, stride, padding, dilation
 
-    def y_shape(x, w, s, p):
-        return [
-            x[0],
-            w[0],
-            conv_output_size(x[2], kernel_size, stride, padding),
-            conv_output_size(x[3], kernel_size, stride, padding),
-        ]
+    def side(n, k, s, before, after, d):
+        return -(-n // s) if same else (n + before + after - (k - 1) * d - 1) // s + 1
+
+    def y_shape(x, w, g):
+        return [x[0], w[0], side(x[2], kh, sh, pt, pb, dh), side(x[3], kw, sw, pl, pr, dw)]
 
     backward_data = ops.Custom(
         f"{so}:ConvBackwardData",
-        out_shape=lambda dy, w, x, s, p: x,
-        out_dtype=lambda dy, w, x, s, p: x,
+        out_shape=lambda dy, w, x, g: x,
+        out_dtype=lambda dy, w, x, g: x,
         func_type="aot",
     )
     backward_weights = ops.Custom(
         f"{so}:ConvBackwardWeights",
-        out_shape=lambda x, dy, w, s, p: w,
-        out_dtype=lambda x, dy, w, s, p: w,
+        out_shape=lambda x, dy, w, g: w,
+        out_dtype=lambda x, dy, w, g: w,
         func_type="aot",
     )
 
-    def bprop(x, w, s, p, out, dout):
-        return backward_data(dout, w, x, s, p), backward_weights(x, dout, w, s, p), ops.zeros_like(s), ops.zeros_like(p)
+    def bprop(x, w, g, out, dout):
+        return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
 
-    return ops.Custom(
-        f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, s, p: x, func_type="aot", bprop=bprop
-    )
+    return ops.Custom(f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop)
+
+
+def geometry(stride, padding, dilation=(1, 1), groups: int = 1, same: bool = False):
+    """The operators' last input: stride (h, w), padding (top, bottom, left, right), dilation (h, w),
+    groups and the pad_mode="same" flag, as one int64 tensor (a constant of the graph)."""
+    from mindspore import Tensor
+
+    return Tensor(np.array([*stride, *padding, *dilation, groups, int(same)], np.int64))
 
 
 def max_pool_op(kernel_size: int, stride: int):
@@ -421,10 +426,3 @@ def max_pool_op(kernel_size: int, stride: int):
         bprop=bprop,
     )
     return forward, Tensor(np.array([kernel_size, stride], np.int64))
-
-
-def scalars(stride: int, padding: int):
-    """Stride and padding as the operator's last two inputs."""
-    from mindspore import Tensor
-
-    return Tensor(np.array([stride], np.int64)), Tensor(np.array([padding], np.int64))

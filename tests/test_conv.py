@@ -442,10 +442,11 @@ def test_the_runner_decides_best_before_mindspore_loads(monkeypatch):
     monkeypatch.setenv(ISA_VAR, "AVX512_CORE")  # the user's variable wins over device.cpu_isa_cap
     choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
     assert seen == [None, "AVX2", "AVX512_CORE"]
-    # Pinned and mindcv choices are taken as they are, without deciding anything.
+    # Pinned choices are taken as they are, without deciding anything; mindcv models decide as the
+    # runner's own do (their convolutions run oneDNN too).
     pinned = choose_conv(compose_cfg("device=cpu", "model.conv=native"))
     assert pinned["asked"] == pinned["path"] == "native" and len(seen) == 3
-    assert choose_conv(compose_cfg("model=mindcv"))["path"] == "native" and len(seen) == 3
+    assert choose_conv(compose_cfg("model=mindcv", "device=cpu"))["path"] == "native" and len(seen) == 4
 
 
 def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
@@ -562,9 +563,50 @@ def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
 
     from runner.models.build import build_model
 
-    cfg = compose_cfg("model=mindcv", "model.conv=onednn")
-    with pytest.raises(ModelError, match="model.conv=onednn applies to the runner's own ResNets"):
+    cfg = compose_cfg("model=mindcv", "model.conv=gemm")
+    with pytest.raises(ModelError, match="model.conv=gemm applies to the runner's own ResNets"):
         build_model(cfg.model, 10, 3, 32)
+
+
+ZOO_CONVS = [
+    dict(in_channels=4, out_channels=8, kernel_size=3, pad_mode="pad", padding=1, group=2, has_bias=True),
+    dict(in_channels=6, out_channels=6, kernel_size=3, stride=2, pad_mode="same", group=6),  # depthwise
+    dict(in_channels=4, out_channels=6, kernel_size=(3, 5), stride=(2, 1), pad_mode="pad", padding=(1, 0, 2, 1),
+         dilation=(1, 2)),
+    dict(in_channels=4, out_channels=6, kernel_size=1, pad_mode="valid", has_bias=True),
+]
+
+
+@needs_compiler
+@pytest.mark.parametrize("kw", ZOO_CONVS, ids=["grouped-bias", "depthwise-same", "rect-dilated", "1x1-bias"])
+def test_a_zoo_models_convolutions_run_onednn_with_the_same_parameters_and_gradients(graph, kw):
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.SequentialCell([nn.Conv2d(**kw)])
+
+        def construct(self, x):
+            return self.features(x)
+
+    rng = np.random.default_rng(5)
+    ref, alt = Net(), Net()
+    for a, b in zip(alt.get_parameters(), ref.get_parameters()):
+        a.set_data(b.data)
+    names = [p.name for p in alt.get_parameters()]
+    assert C.use_onednn(alt) == 1 and type(alt.features[0]) is C.OneDNNConv2d
+    assert [p.name for p in alt.get_parameters()] == names  # checkpoints load as before
+    x = Tensor(rng.standard_normal((2, kw["in_channels"], 9, 10), dtype=np.float32))
+    want_y = ref(x).asnumpy()
+    dy = Tensor(rng.standard_normal(want_y.shape, dtype=np.float32))
+
+    def all_grads(net):
+        grads = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)(net, net.trainable_params())
+        (dx,), dws = grads(x, dy)
+        return [net(x).asnumpy(), dx.asnumpy(), *(d.asnumpy() for d in dws)]
+
+    for want, got in zip(all_grads(ref), all_grads(alt), strict=True):
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_onednn_without_a_compiler_fails_before_anything_runs(tmp_path, tiny):
