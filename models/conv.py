@@ -56,7 +56,8 @@ class PathConv2d(nn.Conv2d):
     def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None, weight_init=None):
         if path not in CELL_PATHS:
             raise ValueError(
-                f"PathConv2d path must be one of {', '.join(CELL_PATHS)} (resolve 'auto' and 'best' first), got {path!r}"
+                f"PathConv2d path must be one of {', '.join(CELL_PATHS)} (resolve 'auto' and 'best' first), "
+                f"got {path!r}"
             )
         super().__init__(
             cin,
@@ -128,7 +129,6 @@ class PathConv2d(nn.Conv2d):
         wmat = ops.reshape(ops.transpose(ops.cast(self.weight, x.dtype), (0, 2, 3, 1)), (self.out_channels, kk * c))
         out = self.matmul_bt(cols, wmat)  # (N*OH*OW, Cout)
         return ops.transpose(ops.reshape(out, (n, oh, ow, self.out_channels)), (0, 3, 1, 2))
-
 
     def _dense(self, x):
         n, c, h, w = x.shape
@@ -216,9 +216,7 @@ def max_pool(kernel_size: int, stride: int, path: str) -> nn.Cell:
     """The stem's max pool ("same" padding): oneDNN's with a workspace where the convolutions run oneDNN."""
     import mindspore as ms
 
-    if ms.get_context("device_target") == "CPU" and (
-        path == "onednn" or (path == "best" and _onednn_available())
-    ):
+    if ms.get_context("device_target") == "CPU" and (path == "onednn" or (path == "best" and _onednn_available())):
         return OneDNNMaxPool2d(kernel_size, stride)
     return nn.MaxPool2d(kernel_size, stride=stride, pad_mode="same")
 

@@ -381,8 +381,11 @@ def test_the_default_run_says_which_path_each_convolution_took_and_why(tiny_run)
     allowed = {"onednn", "gemm", "dense"} if path == "onednn" else {"native"}
     assert set(paths) <= allowed and sum(e["layers"] for e in paths.values()) == 9
     names = sorted(n for e in paths.values() for n in e["names"])
-    assert len(set(names)) == 9 and "stem.0" in names and all(n.endswith("conv1") or n.endswith("conv2") or
-                                                              n.startswith(("stem", "layer")) for n in names)
+    assert (
+        len(set(names)) == 9
+        and "stem.0" in names
+        and all(n.endswith("conv1") or n.endswith("conv2") or n.startswith(("stem", "layer")) for n in names)
+    )
     # The stem (8x8 output) is never timed against anything: oneDNN's direct kernel.
     assert "stem.0" in paths.get(path, {}).get("names", [])
     assert sum(e["forward_flops_per_sample"] for e in paths.values()) == flops["forward_conv_per_sample"]
@@ -571,8 +574,15 @@ def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
 ZOO_CONVS = [
     dict(in_channels=4, out_channels=8, kernel_size=3, pad_mode="pad", padding=1, group=2, has_bias=True),
     dict(in_channels=6, out_channels=6, kernel_size=3, stride=2, pad_mode="same", group=6),  # depthwise
-    dict(in_channels=4, out_channels=6, kernel_size=(3, 5), stride=(2, 1), pad_mode="pad", padding=(1, 0, 2, 1),
-         dilation=(1, 2)),
+    dict(
+        in_channels=4,
+        out_channels=6,
+        kernel_size=(3, 5),
+        stride=(2, 1),
+        pad_mode="pad",
+        padding=(1, 0, 2, 1),
+        dilation=(1, 2),
+    ),
     dict(in_channels=4, out_channels=6, kernel_size=1, pad_mode="valid", has_bias=True),
 ]
 
