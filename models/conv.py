@@ -376,10 +376,11 @@ _best: dict = {}  # model.conv=best's process-wide decision (onednn.choose), per
 def candidates(path: str, kernel_size: int, stride: int, padding: int, size) -> tuple:
     """The algorithms `path` ("auto": native first, "best" with oneDNN available: onednn first) times for
     this shape; the first is the default, which an alternative must beat by a margin."""
-    out = conv_output_size(size, kernel_size, stride, padding) if size else None
     found = ["onednn" if path == "best" else "native"]
-    if size and gemm_feasible(kernel_size, stride, padding, size) and (path == "auto" or out * out <= SMALL_OUTPUT):
-        found.append("gemm")
+    if size and gemm_feasible(kernel_size, stride, padding, size):
+        out = conv_output_size(size, kernel_size, stride, padding)
+        if path == "auto" or out * out <= SMALL_OUTPUT:
+            found.append("gemm")
     if dense_feasible(kernel_size, stride, padding, size):
         found.append("dense")
     return tuple(found)
@@ -448,7 +449,7 @@ def _measured(path: str, cin: int, cout: int, kernel_size: int, stride: int, pad
     if isinstance(entry, dict) and entry.get("path") in paths:
         return entry["path"]
     times = time_paths(cin, cout, kernel_size, stride, padding, size, paths)
-    default, fastest = paths[0], min(paths, key=times.get)
+    default, fastest = paths[0], min(paths, key=lambda p: times[p])
     # An alternative must win clearly: where paths are close, timing noise would decide.
     best = fastest if times[fastest] < GEMM_MARGIN * times[default] else default
     log.info(
