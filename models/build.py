@@ -22,12 +22,18 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int, conv: 
         )
     conv = conv or getattr(cfg.conv, "value", cfg.conv)
     if cfg.style == "mindcv":
-        if conv not in ("native", "best"):  # a setting that would have no effect
+        if conv not in ("native", "best", "onednn"):  # a setting that would have no effect
             raise ModelError(
-                f"model.conv={conv} applies to the runner's own ResNets; mindcv models build MindSpore's "
-                "nn.Conv2d themselves. Leave model.conv=native with model=mindcv."
+                f"model.conv={conv} applies to the runner's own ResNets (it needs each layer's input size); "
+                "mindcv models take model.conv=best, onednn or native."
             )
-        return mindcv_model(cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint, image_size)
+        if conv == "best":  # per-layer timing needs each layer's input size, which a zoo model does not give
+            from runner.models.conv import best_path
+
+            conv = best_path()
+        return mindcv_model(
+            cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint, image_size, conv=conv
+        )
     if conv not in PATHS:
         raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
     try:

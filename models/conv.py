@@ -25,16 +25,18 @@ from pathlib import Path
 
 import numpy as np
 from mindspore import Tensor, nn, ops
+from mindspore import dtype as mstype
 
 log = logging.getLogger(__name__)
 
 PATHS = ("best", "native", "gemm", "auto", "onednn")
+CELL_PATHS = ("native", "gemm", "onednn", "dense")  # what a cell runs, once auto and best are resolved
 # A handful of timed fwd+bwd repeats after one warm-up; the minimum is the least noisy estimate on a
 # shared machine. The batch is the runner's default batch size (the model is built before the batch
 # size is known to it); the winner can differ with the batch for shapes where both paths are close.
 BENCH_BATCH = 32
 BENCH_REPEATS = 5
-GEMM_MARGIN = 0.9  # gemm is chosen only when at least 10% faster
+GEMM_MARGIN = 0.9  # an alternative to the default path is chosen only when at least 10% faster
 # Largest im2col selection matrix (elements) the gemm path builds: 16 MB. Larger inputs (the 7x7 stem
 # at 64 px would need 800 MB) are where the native convolution wins anyway; they stay native.
 GEMM_MAX_SELECT = 2**22
@@ -51,10 +53,11 @@ class PathConv2d(nn.Conv2d):
     classes called Conv2d (this one and its base) made it call the wrong constructor (a TypeError).
     """
 
-    def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None):
-        if path not in ("native", "gemm", "onednn"):
+    def __init__(self, cin, cout, kernel_size, stride=1, padding=0, path="native", size=None, weight_init=None):
+        if path not in CELL_PATHS:
             raise ValueError(
-                f"PathConv2d path must be 'native', 'gemm' or 'onednn' (resolve 'auto' first), got {path!r}"
+                f"PathConv2d path must be one of {', '.join(CELL_PATHS)} (resolve 'auto' and 'best' first), "
+                f"got {path!r}"
             )
         super().__init__(
             cin,
@@ -64,6 +67,7 @@ class PathConv2d(nn.Conv2d):
             pad_mode="pad" if padding else "valid",
             padding=padding,
             has_bias=False,
+            **({} if weight_init is None else {"weight_init": weight_init}),
         )
         self.path = path
         self.use_gemm = path == "gemm"
@@ -75,20 +79,32 @@ class PathConv2d(nn.Conv2d):
             # A plain Tensor attribute, not a Parameter: a constant of the graph, absent from checkpoints.
             self.select = Tensor(selection_matrix(size, kernel_size, stride, padding))
         self.matmul_bt = ops.MatMul(transpose_b=True)
+        self.taps = None
+        if path == "dense":
+            if size is None or not dense_feasible(kernel_size, stride, padding, size):
+                raise ValueError(
+                    "PathConv2d(path='dense') needs an input size on which every output pixel's window covers "
+                    f"the whole input; k{kernel_size} s{stride} p{padding} @{size} is not one"
+                )
+            # Which tap joins each (output pixel, input pixel) pair: a constant of the graph, not a Parameter.
+            self.taps = Tensor(tap_matrix(size, kernel_size, stride, padding))
         self.use_onednn = path == "onednn"
         if self.use_onednn:
             from runner.models import onednn
 
-            self.onednn = onednn.forward_op(kernel_size, stride, padding)
-            # Constants of the graph, not Parameters: absent from checkpoints.
-            self.onednn_stride, self.onednn_padding = onednn.scalars(stride, padding)
+            k, s, p = (kernel_size,) * 2, (stride,) * 2, (padding,) * 4
+            self.onednn = onednn.forward_op(k, s, p)
+            # A constant of the graph, not a Parameter: absent from checkpoints.
+            self.onednn_geometry = onednn.geometry(s, p)
 
     def construct(self, x):
         if self.use_gemm:
             return self._gemm(x)
+        if self.taps is not None:
+            return self._dense(x)
         if self.use_onednn:
             # float16 (AMP) tensors are converted to float32 inside, as MindSpore's CPU Conv2D does.
-            return self.onednn(x, self.weight, self.onednn_stride, self.onednn_padding)
+            return self.onednn(x, self.weight, self.onednn_geometry)
         return self.conv2d(x, self.weight)
 
     def _gemm(self, x):
@@ -113,6 +129,119 @@ class PathConv2d(nn.Conv2d):
         wmat = ops.reshape(ops.transpose(ops.cast(self.weight, x.dtype), (0, 2, 3, 1)), (self.out_channels, kk * c))
         out = self.matmul_bt(cols, wmat)  # (N*OH*OW, Cout)
         return ops.transpose(ops.reshape(out, (n, oh, ow, self.out_channels)), (0, 3, 1, 2))
+
+    def _dense(self, x):
+        n, c, h, w = x.shape
+        if h != self.size or w != self.size:  # as _gemm: another input size runs the native convolution
+            return self.conv2d(x, self.weight)
+        oh = conv_output_size(h, self.k, self.s, self.p)
+        o, kk = self.out_channels, self.k * self.k
+        # Every output pixel reads every input pixel, each pair through exactly one tap: output pixel q is
+        # one (N, C*H*W) x (C*H*W, O) matmul over the plain NCHW memory: no im2col, no padding taps, no
+        # transpose of activations or weights. Its (O, C*H*W) weight is the kernel's taps gathered by a
+        # small matmul with a constant 0/1 matrix (whose backward sums each tap's gradient back).
+        flat = ops.reshape(x, (n, c * h * w))
+        wk = ops.reshape(ops.cast(self.weight, x.dtype), (o * c, kk))
+        taps = ops.cast(self.taps, x.dtype)
+        outs = []
+        for q in range(oh * oh):
+            wq = ops.reshape(ops.matmul(wk, taps[q]), (o, c * h * w))
+            outs.append(self.matmul_bt(flat, wq))
+        return ops.reshape(ops.stack(outs, axis=2), (n, o, oh, oh))
+
+
+class OneDNNConv2d(nn.Conv2d):
+    """An `nn.Conv2d` whose convolution runs oneDNN's blocked kernels (models/onednn.py): what a zoo
+    model's convolutions become (`use_onednn`). Any kernel, stride, dilation, padding mode and group
+    count (grouped and depthwise convolutions included), bias as nn.Conv2d adds it. Made from an existing
+    cell by `use_onednn`, which keeps its parameters, their names and values."""
+
+    def construct(self, x):
+        output = self.onednn(x, self.weight, self.onednn_geometry)
+        if self.has_bias:
+            output = self.bias_add(output, self.bias)
+        return output
+
+
+def _pads(padding) -> tuple:
+    """nn.Conv2d's padding (an int, or (top, bottom, left, right)) as four values."""
+    return (padding,) * 4 if isinstance(padding, int) else tuple(padding)
+
+
+def use_onednn(net: nn.Cell) -> int:
+    """Turn every NCHW `nn.Conv2d` cell of `net` into an `OneDNNConv2d` in place; return how many.
+
+    The cells stay the same objects (their class changes), so parameters keep their names and values and
+    checkpoints load as before. Cells already taking another path (the runner's own PathConv2d) are left.
+    """
+    from runner.models import onednn
+
+    onednn.library()  # a missing compiler fails here, before anything changed
+    swapped = 0
+    for _, cell in net.cells_and_names():
+        if type(cell) is not nn.Conv2d or cell.data_format != "NCHW":
+            continue
+        same = cell.pad_mode == "same"
+        pads = (0,) * 4 if cell.pad_mode != "pad" else _pads(cell.padding)
+        cell.onednn = onednn.forward_op(cell.kernel_size, cell.stride, pads, cell.dilation, same)
+        cell.onednn_geometry = onednn.geometry(cell.stride, pads, cell.dilation, cell.group, same)
+        cell.path = "onednn"
+        cell.__class__ = OneDNNConv2d
+        swapped += 1
+    return swapped
+
+
+class OneDNNMaxPool2d(nn.Cell):
+    """`nn.MaxPool2d(kernel_size, stride, pad_mode="same")` computed by oneDNN with a workspace (the stem's
+    pool on the onednn and best paths): MindSpore's CPU pool runs oneDNN's `simple_nchw` kernel and its
+    backward recomputes the forward; this one runs a jit kernel and reads the saved argmax. The same
+    numbers (a maximum is a maximum; ties send the gradient to one of the equal inputs). Not named
+    MaxPool2d, for the reason PathConv2d is not named Conv2d."""
+
+    def __init__(self, kernel_size: int, stride: int):
+        super().__init__()
+        from runner.models import onednn
+
+        self.kernel_size, self.stride = kernel_size, stride
+        self.pool, self.params = onednn.max_pool_op(kernel_size, stride)
+        self.native = nn.MaxPool2d(kernel_size, stride=stride, pad_mode="same")
+
+    def construct(self, x):
+        if x.dtype != mstype.float32:  # AMP O2/O3 hand float16: MindSpore's own pool takes it
+            return self.native(x)
+        return self.pool(x, self.params)[0]
+
+
+def max_pool(kernel_size: int, stride: int, path: str) -> nn.Cell:
+    """The stem's max pool ("same" padding): oneDNN's with a workspace where the convolutions run oneDNN."""
+    import mindspore as ms
+
+    if ms.get_context("device_target") == "CPU" and (path == "onednn" or (path == "best" and _onednn_available())):
+        return OneDNNMaxPool2d(kernel_size, stride)
+    return nn.MaxPool2d(kernel_size, stride=stride, pad_mode="same")
+
+
+def tap_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:
+    """(OH*OW, k*k, H*W) 0/1: for output pixel q, which kernel tap reads each input pixel."""
+    out = conv_output_size(size, kernel_size, stride, padding)
+    taps = np.zeros((out * out, kernel_size * kernel_size, size * size), np.float32)
+    for y in range(out):
+        for x in range(out):
+            for i in range(kernel_size):
+                for j in range(kernel_size):
+                    sy, sx = y * stride + i - padding, x * stride + j - padding
+                    if 0 <= sy < size and 0 <= sx < size:
+                        taps[y * out + x, i * kernel_size + j, sy * size + sx] = 1.0
+    return taps
+
+
+def dense_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
+    """Whether every output pixel's window covers the whole input (layer4's 3x3 convs on 2x2 maps): then
+    the convolution is one dense matmul that multiplies no padding. Bounded to small inputs, whose
+    dense weight (C*H*W x O*OH*OW) is no larger than a few times the kernel."""
+    if not size or size * size > 16:
+        return False
+    return bool((tap_matrix(size, kernel_size, stride, padding).sum(axis=1) == 1).all())
 
 
 def selection_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:
@@ -159,9 +288,13 @@ class _FwdBwd(nn.Cell):
 
 def _timer(path, cin, cout, k, stride, padding, size):
     """A compiled, warmed-up forward + backward of one convolution: call it to time one step."""
-    conv = PathConv2d(cin, cout, k, stride, padding, path, size)
-    step = _FwdBwd(conv)
     rng = np.random.default_rng(0)
+    # Weights from numpy, not MindSpore's initializer: timing must not draw from the seeded stream the
+    # network's own initial weights come from, or a run that measured would train from other weights
+    # than one that read the cache.
+    weight = Tensor(rng.standard_normal((cout, cin, k, k), dtype=np.float32))
+    conv = PathConv2d(cin, cout, k, stride, padding, path, size, weight_init=weight)
+    step = _FwdBwd(conv)
     out = conv_output_size(size, k, stride, padding)
     x = Tensor(rng.standard_normal((BENCH_BATCH, cin, size, size), dtype=np.float32))
     dy = Tensor(rng.standard_normal((BENCH_BATCH, cout, out, out), dtype=np.float32))
@@ -175,15 +308,15 @@ def _timer(path, cin, cout, k, stride, padding, size):
     return once
 
 
-def time_paths(cin, cout, k, stride, padding, size) -> dict:
-    """Best forward + backward seconds of each path, repeats interleaved so that load hits both alike."""
-    timers = {p: _timer(p, cin, cout, k, stride, padding, size) for p in ("native", "gemm")}
+def time_paths(cin, cout, k, stride, padding, size, paths=("native", "gemm")) -> dict:
+    """Best forward + backward seconds of each path, repeats interleaved so that load hits all alike."""
+    timers = {p: _timer(p, cin, cout, k, stride, padding, size) for p in paths}
     best = {p: float("inf") for p in timers}
     for i in range(BENCH_REPEATS):
         for p, once in timers.items():
             best[p] = min(best[p], once())
-        if i >= 1 and (best["gemm"] > 2 * best["native"] or best["native"] > 2 * best["gemm"]):
-            break  # a clear winner: spare the remaining repeats
+        if i >= 1 and max(best.values()) > 2 * min(best.values()) and len(best) == 2:
+            break  # two paths and a clear winner: spare the remaining repeats
     return best
 
 
@@ -230,13 +363,54 @@ def _load_cache(path: Path) -> dict:
         return {}
 
 
+# Under model.conv=best, im2col + MatMul is timed against oneDNN only for outputs of at most 4x4 pixels:
+# on larger ones oneDNN's direct kernels won every ResNet shape measured (AVX2 EPYC, AVX-512 Xeon), and
+# timing them would only lengthen the first run on a machine.
+SMALL_OUTPUT = 16
+# Nor is a layer timed under best whose forward pass at BENCH_BATCH is under 100 MFLOP: it takes a
+# millisecond or two whatever runs it, and measuring it (compiling a graph per candidate) costs seconds.
+MIN_TIMED_FLOPS = 1e8
+_best: dict = {}  # model.conv=best's process-wide decision (onednn.choose), per ISA cap
+
+
+def candidates(path: str, kernel_size: int, stride: int, padding: int, size) -> tuple:
+    """The algorithms `path` ("auto": native first, "best" with oneDNN available: onednn first) times for
+    this shape; the first is the default, which an alternative must beat by a margin."""
+    found = ["onednn" if path == "best" else "native"]
+    if size and gemm_feasible(kernel_size, stride, padding, size):
+        out = conv_output_size(size, kernel_size, stride, padding)
+        if path == "auto" or out * out <= SMALL_OUTPUT:
+            found.append("gemm")
+    if dense_feasible(kernel_size, stride, padding, size):
+        found.append("dense")
+    return tuple(found)
+
+
+def _onednn_available() -> bool:
+    from runner.models.onednn import choose
+
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    if cap not in _best:
+        _best[cap] = choose(cap).path == "onednn"
+    return _best[cap]
+
+
+def best_path() -> str:
+    """model.conv=best for a model whose layers cannot be timed one by one (a zoo model): "onednn" on a
+    CPU where it pays and builds, else "native"."""
+    import mindspore as ms
+
+    return "onednn" if ms.get_context("device_target") == "CPU" and _onednn_available() else "native"
+
+
 def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, padding: int, size: int) -> str:
-    """The algorithm one convolution runs: "native", "gemm" or "onednn".
+    """The algorithm one convolution runs: "native", "gemm", "dense" or "onednn".
 
     Off CPU it is always "native" (GPU/Ascend convolutions are fast). "onednn" is taken as asked, "gemm"
-    unless the shape's im2col matrix would be too large (`gemm_feasible`). "auto" looks the layer shape up
-    in the per-machine cache and, on a miss, times both paths forward + backward in this process and
-    records the winner.
+    unless the shape's im2col matrix would be too large (`gemm_feasible`). "auto" (native, gemm, dense)
+    and "best" (onednn, gemm on small outputs, dense; native where oneDNN is unavailable) look the layer
+    shape up in the per-machine cache and, on a miss, time their candidates forward + backward in this
+    process and record the winner, as cuDNN's benchmark mode does.
     """
     import mindspore as ms
 
@@ -244,37 +418,49 @@ def choose_path(path: str, cin: int, cout: int, kernel_size: int, stride: int, p
         raise ValueError(f"model.conv must be one of {', '.join(PATHS)}, got {path!r}")
     if ms.get_context("device_target") != "CPU":
         return "native"
-    if path == "best":  # decided once per process by the runner; here for models built without it
-        from runner.models.onednn import choose
-
-        path = choose(os.environ.get("ONEDNN_MAX_CPU_ISA")).path
+    if path == "best" and not _onednn_available():
+        return "native"
     if path == "onednn":
         from runner.models.onednn import library
 
         library()  # compiled (or found) now: a missing compiler fails the build, not the first step
         return "onednn"
-    if path == "native" or not gemm_feasible(kernel_size, stride, padding, size):
+    if path == "native" or (path == "gemm" and not gemm_feasible(kernel_size, stride, padding, size)):
         return "native"
     if path == "gemm":
         return "gemm"
+    if size is None:  # no planned input size: nothing but the default can be built
+        return candidates(path, kernel_size, stride, padding, size)[0]
+    return _measured(path, cin, cout, kernel_size, stride, padding, size)
+
+
+def _measured(path: str, cin: int, cout: int, kernel_size: int, stride: int, padding: int, size: int) -> str:
+    paths = candidates(path, kernel_size, stride, padding, size)
+    out = conv_output_size(size, kernel_size, stride, padding)
+    if path == "best" and 2 * BENCH_BATCH * out * out * cout * cin * kernel_size**2 < MIN_TIMED_FLOPS:
+        return paths[0]
+    if len(paths) == 1:
+        return paths[0]
     shape = f"{cin}->{cout} k{kernel_size} s{stride} p{padding} @{size}x{size} batch {BENCH_BATCH}"
+    key = f"{shape} among {'/'.join(paths)}"
     file = cache_path()
     cache = _load_cache(file)
-    entry = cache.get(machine_key(), {}).get(shape)
-    if isinstance(entry, dict) and entry.get("path") in ("native", "gemm"):
+    entry = cache.get(machine_key(), {}).get(key)
+    if isinstance(entry, dict) and entry.get("path") in paths:
         return entry["path"]
-    times = time_paths(cin, cout, kernel_size, stride, padding, size)
-    # gemm must win clearly: where both are close, timing noise would decide, and native is the default.
-    best = "gemm" if times["gemm"] < GEMM_MARGIN * times["native"] else "native"
+    times = time_paths(cin, cout, kernel_size, stride, padding, size, paths)
+    default, fastest = paths[0], min(paths, key=lambda p: times[p])
+    # An alternative must win clearly: where paths are close, timing noise would decide.
+    best = fastest if times[fastest] < GEMM_MARGIN * times[default] else default
     log.info(
-        "model.conv=auto: %s native %.2f ms, gemm %.2f ms -> %s",
+        "model.conv=%s: %s %s -> %s",
+        path,
         shape,
-        times["native"] * 1e3,
-        times["gemm"] * 1e3,
+        ", ".join(f"{p} {t * 1e3:.2f} ms" for p, t in times.items()),
         best,
     )
     cache = _load_cache(file)  # another process may have written meanwhile
-    cache.setdefault(machine_key(), {})[shape] = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()}}
+    cache.setdefault(machine_key(), {})[key] = {"path": best, "ms": {p: round(t * 1e3, 3) for p, t in times.items()}}
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_suffix(f".{os.getpid()}.tmp")

@@ -275,11 +275,38 @@ def _private(directory: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
+OPERATORS = ("ConvForward", "ConvBackwardData", "ConvBackwardWeights", "MaxPoolForward", "MaxPoolBackward")
+
+
+def _digest_file(path: Path) -> Path:
+    """Where the SHA-256 of a built library is kept: beside it, written before the library is renamed in."""
+    return Path(f"{path}.sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _intact(path: Path) -> bool:
+    """Whether the file is byte for byte the library that was built (its recorded SHA-256).
+
+    Checked before the file is loaded: dlopen maps a library whose segments run past the end of a cut
+    file (a full disk, a copy stopped short), and the first touch of them kills the process with SIGBUS,
+    which no Python code can catch. A library without a recorded digest is treated as unknown: rebuilt.
+    """
+    try:
+        return _digest_file(path).read_text().strip() == _sha256(path)
+    except OSError:
+        return False
+
+
 def _loads(path: Path) -> bool:
-    """Whether the file is a loadable library with the three operators."""
+    """Whether the file is the intact library that was built, loadable, with the three operators."""
+    if not _intact(path):
+        return False
     try:
         lib = ctypes.CDLL(str(path))
-        return all(hasattr(lib, f) for f in ("ConvForward", "ConvBackwardData", "ConvBackwardWeights"))
+        return all(hasattr(lib, f) for f in OPERATORS)
     except OSError:
         return False
 
@@ -299,54 +326,103 @@ def _compile(compiler: str, dnnl: Path, out: Path) -> str:
             f"model.conv=onednn: compiling {SOURCE.name} with {compiler} failed: {' / '.join(errors)}. "
             "Use model.conv=native or auto."
         )
+    # The digest first, then the library: a reader that finds the library finds its digest too. Builds
+    # racing on one name write the same bytes (the key covers all that shapes them); a mismatch from
+    # an interleaving only costs the next run a rebuild.
+    digest = _digest_file(out)
+    digest_tmp = Path(f"{tmp}.sha256")
+    try:
+        digest_tmp.write_text(_sha256(Path(tmp)) + "\n")
+        os.replace(digest_tmp, digest)
+    except OSError:
+        os.unlink(tmp)
+        digest_tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, out)  # atomic: a concurrent run sees the whole library or none
     log.info("model.conv=onednn: built %s", out)
     return str(out)
 
 
-def forward_op(kernel_size: int, stride: int, padding: int):
-    """The forward operator (x, w, stride, padding) -> y, with its backward (dx, dw) attached.
+def forward_op(kernel, stride, padding, dilation=(1, 1), same: bool = False):
+    """The forward operator (x, w, geometry) -> y of one convolution, with its backward (dx, dw) attached.
 
-    Stride and padding are passed as int64 tensors of one element (`scalars`): an AOT operator receives
-    only tensors. Tensors may be float32 or float16; the output has x's dtype, the weight gradient w's.
+    kernel, stride, dilation: (h, w); padding: (top, bottom, left, right), ignored when `same` (pads as
+    MindSpore's pad_mode="same"). The geometry input is `geometry(...)` of the same values: an AOT
+    operator receives only tensors. Tensors may be float32 or float16; the output has x's dtype, the
+    weight gradient w's.
     """
     from mindspore import ops
 
-    from runner.models.conv import conv_output_size
-
     so = library()
+    (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = kernel, stride, padding, dilation
 
-    def y_shape(x, w, s, p):
-        return [
-            x[0],
-            w[0],
-            conv_output_size(x[2], kernel_size, stride, padding),
-            conv_output_size(x[3], kernel_size, stride, padding),
-        ]
+    def side(n, k, s, before, after, d):
+        return -(-n // s) if same else (n + before + after - (k - 1) * d - 1) // s + 1
+
+    def y_shape(x, w, g):
+        return [x[0], w[0], side(x[2], kh, sh, pt, pb, dh), side(x[3], kw, sw, pl, pr, dw)]
 
     backward_data = ops.Custom(
         f"{so}:ConvBackwardData",
-        out_shape=lambda dy, w, x, s, p: x,
-        out_dtype=lambda dy, w, x, s, p: x,
+        out_shape=lambda dy, w, x, g: x,
+        out_dtype=lambda dy, w, x, g: x,
         func_type="aot",
     )
     backward_weights = ops.Custom(
         f"{so}:ConvBackwardWeights",
-        out_shape=lambda x, dy, w, s, p: w,
-        out_dtype=lambda x, dy, w, s, p: w,
+        out_shape=lambda x, dy, w, g: w,
+        out_dtype=lambda x, dy, w, g: w,
         func_type="aot",
     )
 
-    def bprop(x, w, s, p, out, dout):
-        return backward_data(dout, w, x, s, p), backward_weights(x, dout, w, s, p), ops.zeros_like(s), ops.zeros_like(p)
+    def bprop(x, w, g, out, dout):
+        return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
 
-    return ops.Custom(
-        f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, s, p: x, func_type="aot", bprop=bprop
-    )
+    return ops.Custom(f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop)
 
 
-def scalars(stride: int, padding: int):
-    """Stride and padding as the operator's last two inputs."""
+def geometry(stride, padding, dilation=(1, 1), groups: int = 1, same: bool = False):
+    """The operators' last input: stride (h, w), padding (top, bottom, left, right), dilation (h, w),
+    groups and the pad_mode="same" flag, as one int64 tensor (a constant of the graph)."""
     from mindspore import Tensor
 
-    return Tensor(np.array([stride], np.int64)), Tensor(np.array([padding], np.int64))
+    return Tensor(np.array([*stride, *padding, *dilation, groups, int(same)], np.int64))
+
+
+def max_pool_op(kernel_size: int, stride: int):
+    """Max pooling (x, (kernel, stride)) -> (y, workspace) as MindSpore's pad_mode="same" computes it, with
+    its backward attached: the workspace holds each window's argmax, so the backward does not recompute
+    the forward. float32 only (the FP32 network, and amp=o1's, which keeps pooling in float32)."""
+    from mindspore import Tensor, ops
+    from mindspore import dtype as mstype
+
+    so = library()
+    lib = ctypes.CDLL(so)  # verified by library(): the digest matched before anything loaded it
+    lib.MaxPoolWorkspaceBytes.restype = ctypes.c_int64
+    lib.MaxPoolWorkspaceBytes.argtypes = [ctypes.c_int64] * 6
+
+    def shapes(x, ks):
+        n, c, h, w = x
+        workspace = lib.MaxPoolWorkspaceBytes(n, c, h, w, kernel_size, stride)
+        if workspace < 0:
+            raise ModelError(f"model.conv=onednn: oneDNN has no max pooling for input {tuple(x)}")
+        return [n, c, -(-h // stride), -(-w // stride)], [workspace]
+
+    backward = ops.Custom(
+        f"{so}:MaxPoolBackward",
+        out_shape=lambda dy, ws, x, ks: x,
+        out_dtype=lambda dy, ws, x, ks: x,
+        func_type="aot",
+    )
+
+    def bprop(x, ks, out, dout):
+        return backward(dout[0], out[1], x, ks), ops.zeros_like(ks)
+
+    forward = ops.Custom(
+        f"{so}:MaxPoolForward",
+        out_shape=shapes,
+        out_dtype=lambda x, ks: (x, mstype.uint8),
+        func_type="aot",
+        bprop=bprop,
+    )
+    return forward, Tensor(np.array([kernel_size, stride], np.int64))

@@ -2,7 +2,7 @@
 
 from mindspore import nn, ops
 
-from runner.models.conv import conv, conv_output_size
+from runner.models.conv import conv, conv_output_size, max_pool
 
 CIFAR_DEPTHS = {8: 1, 20: 3, 56: 9}  # depth -> basic blocks per stage (depth = 6n + 2)
 IMAGENET_DEPTHS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}
@@ -84,7 +84,7 @@ class ResNet(nn.Cell):
                     conv(in_channels, width, 7, 2, 3, size, conv_path),
                     nn.BatchNorm2d(width),
                     nn.ReLU(),
-                    nn.MaxPool2d(3, stride=2, pad_mode="same"),
+                    max_pool(3, 2, conv_path),
                 ]
             )
             size = -(-conv_output_size(size, 7, 2, 3) // 2)  # pad_mode="same" pool: ceil(size / 2)

@@ -15,8 +15,12 @@ from runner.models.errors import ModelError
 log = logging.getLogger("runner")
 
 
-def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None, image_size=None):
+def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None, image_size=None, conv="native"):
     """`mindcv.create_model(arch)` for this data's classes and channels, with local weights if given.
+
+    conv="onednn": every NCHW nn.Conv2d of the model (grouped and depthwise ones included) runs oneDNN's
+    blocked kernels, as the runner's own ResNets do (models/conv.py use_onednn); parameters and their
+    names are unchanged, so checkpoints load under either.
 
     Refused (ModelError) when the architecture cannot take this data: some MindCV models ignore
     in_channels (mobilevit builds a 3-channel stem whatever it is asked), and some shrink a small
@@ -43,6 +47,11 @@ def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None,
         _check_size(net, arch, in_channels, int(image_size))
     if checkpoint:
         load_pretrained(net, checkpoint)
+    if conv == "onednn":
+        from runner.models.conv import use_onednn
+
+        swapped = use_onednn(net)
+        log.info("model.conv=onednn: %d convolutions of %s run oneDNN's kernels", swapped, arch)
     return net
 
 

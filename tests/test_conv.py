@@ -90,6 +90,78 @@ def test_each_path_matches_nn_conv2d_forward_and_backward(pynative, shape, path)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+# Shapes on which every output pixel's window covers the whole input (layer4's 3x3 convs on 2x2 maps).
+DENSE_SHAPES = [(4, 6, 3, 1, 1, 2), (5, 3, 3, 1, 1, 1), (4, 6, 1, 1, 0, 1), (3, 4, 5, 1, 2, 3)]
+
+
+@pytest.mark.parametrize("shape", DENSE_SHAPES, ids=lambda s: "{}->{} k{} s{} p{} @{}".format(*s))
+def test_dense_matches_nn_conv2d_forward_and_both_backward_passes(graph, shape):
+    cin, cout, k, s, p, size = shape
+    assert C.dense_feasible(k, s, p, size)
+    rng = np.random.default_rng(3)
+    ref = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
+    alt = C.PathConv2d(cin, cout, k, s, p, "dense", size)
+    alt.weight.set_data(ref.weight.data)
+    x = Tensor(rng.standard_normal((3, cin, size, size), dtype=np.float32))
+    dy = Tensor(rng.standard_normal((3, cout, size, size), dtype=np.float32))
+    for want, got in zip(fwd_bwd(ref, x, dy), fwd_bwd(alt, x, dy)):
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_dense_only_where_every_window_covers_the_input():
+    assert not C.dense_feasible(3, 1, 1, 4)  # 4x4: corner outputs do not see the far corner
+    assert not C.dense_feasible(3, 2, 1, 4)  # layer4's strided conv: 4x4 -> 2x2 misses pixels
+    assert not C.dense_feasible(1, 2, 0, 4)
+    with pytest.raises(ValueError, match="covers the whole input"):
+        C.PathConv2d(4, 6, 3, 1, 1, "dense", 4)
+    assert C.candidates("best", 3, 1, 1, 2) == ("onednn", "gemm", "dense")
+    assert C.candidates("auto", 3, 1, 1, 4) == ("native", "gemm")
+    assert C.candidates("best", 3, 1, 1, 8) == ("onednn",)  # 8x8 outputs: oneDNN's, untimed
+
+
+@needs_compiler
+@pytest.mark.parametrize("shape", [(2, 3, 9, 9), (2, 4, 8, 8), (1, 2, 2, 2), (3, 16, 12, 10)], ids=str)
+def test_onednn_max_pool_matches_mindspores_forward_and_backward(graph, shape):
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.standard_normal(shape, dtype=np.float32))  # no ties: the gradient has one place to go
+    ref, alt = nn.MaxPool2d(3, stride=2, pad_mode="same"), C.OneDNNMaxPool2d(3, 2)
+    want, got = ref(x).asnumpy(), alt(x).asnumpy()
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    dy = Tensor(rng.standard_normal(want.shape, dtype=np.float32))
+    grad = ops.GradOperation(sens_param=True)
+    np.testing.assert_allclose(grad(alt)(x, dy).asnumpy(), grad(ref)(x, dy).asnumpy(), rtol=1e-6, atol=1e-6)
+    # float16 (amp=o2/o3) takes MindSpore's own pool.
+    np.testing.assert_array_equal(alt(x.astype(ms.float16)).asnumpy(), ref(x.astype(ms.float16)).asnumpy())
+
+
+def test_the_stem_pool_follows_the_convolution_path(pynative):
+    assert type(C.max_pool(3, 2, "native")) is nn.MaxPool2d
+    if _has_compiler():
+        assert type(C.max_pool(3, 2, "onednn")) is C.OneDNNMaxPool2d
+
+
+@needs_compiler
+def test_best_times_its_candidates_once_per_shape_and_reads_the_cache(pynative, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    shape = (8, 8, 3, 1, 1, 2)
+    # Too small to be worth timing: oneDNN's, nothing measured.
+    assert C.choose_path("best", *shape) == "onednn" and not C.cache_path().exists()
+    monkeypatch.setattr(C, "MIN_TIMED_FLOPS", 0)
+    chosen = C.choose_path("best", *shape)
+    (entries,) = json.loads(C.cache_path().read_text()).values()
+    ((key, entry),) = entries.items()
+    assert entry["path"] == chosen and set(entry["ms"]) == {"onednn", "gemm", "dense"}
+    assert key.endswith("among onednn/gemm/dense")
+    cache = {k: {key: {**entry, "path": "dense"}} for k in json.loads(C.cache_path().read_text())}
+    C.cache_path().write_text(json.dumps(cache))
+    assert C.choose_path("best", *shape) == "dense"
+    # auto's choices for the same shape are another entry: different candidates.
+    assert C.choose_path("auto", *shape) in ("native", "gemm", "dense")
+    assert len(next(iter(json.loads(C.cache_path().read_text()).values()))) == 2
+
+
 @needs_compiler
 def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
     rng = np.random.default_rng(1)
@@ -144,6 +216,36 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "empty"))
     with pytest.raises(ModelError, match="no C\\+\\+ compiler.*model.conv=native or auto"):
         onednn.library()
+
+
+@needs_compiler
+def test_a_cached_library_cut_short_is_rebuilt_not_a_crash(tmp_path):
+    # dlopen of a library cut short maps segments past the end of the file: the first touch was SIGBUS
+    # (exit 135, no message) in every later run. The digest check runs before anything is loaded; in a
+    # fresh process, since a library this process has loaded stays mapped whatever the file becomes.
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = "from runner.models import onednn; print(onednn.choose().line()); print(onednn.library())"
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.splitlines()
+
+    line, built = run()
+    assert "runs onednn convolutions" in line
+    size = os.path.getsize(built)
+    with open(built, "r+b") as f:
+        f.truncate(3000)
+    line, again = run()
+    assert again == built and os.path.getsize(built) == size and "runs onednn convolutions" in line
+    # Same bytes, another content (a flipped byte): not the library that was built, so rebuilt too.
+    data = bytearray(open(built, "rb").read())
+    data[size // 2] ^= 0xFF
+    open(built, "wb").write(bytes(data))
+    assert run()[1] == built and open(built, "rb").read() != bytes(data)
 
 
 @needs_compiler
@@ -270,11 +372,22 @@ def test_the_default_run_says_which_path_each_convolution_took_and_why(tiny_run)
 
     m = metrics(tiny_run)
     flops, conv = m["flops"], m["conv"]
-    # The default, model.conv=best: onednn on a CPU where it pays (AVX-512, a compiler here), else native.
+    # The default, model.conv=best: onednn on a CPU where it pays (AVX2 or better, a compiler here), else
+    # native; with onednn, each layer the algorithm measured fastest for its shape (oneDNN's unless
+    # im2col + MatMul or the dense matmul beat it on a small output), recorded layer by layer.
     path = "onednn" if isa_pays(None) and _has_compiler() else "native"
     assert conv["asked"] == "best" and conv["path"] == path and conv["reason"]
     paths = flops["conv_paths"]
-    assert set(paths) == {path} and paths[path]["layers"] == 9
+    allowed = {"onednn", "gemm", "dense"} if path == "onednn" else {"native"}
+    assert set(paths) <= allowed and sum(e["layers"] for e in paths.values()) == 9
+    names = sorted(n for e in paths.values() for n in e["names"])
+    assert (
+        len(set(names)) == 9
+        and "stem.0" in names
+        and all(n.endswith("conv1") or n.endswith("conv2") or n.startswith(("stem", "layer")) for n in names)
+    )
+    # The stem (8x8 output) is never timed against anything: oneDNN's direct kernel.
+    assert "stem.0" in paths.get(path, {}).get("names", [])
     assert sum(e["forward_flops_per_sample"] for e in paths.values()) == flops["forward_conv_per_sample"]
     assert m["cpu_isa"]["value"] == (None if path == "onednn" else "AVX2")
 
@@ -332,10 +445,11 @@ def test_the_runner_decides_best_before_mindspore_loads(monkeypatch):
     monkeypatch.setenv(ISA_VAR, "AVX512_CORE")  # the user's variable wins over device.cpu_isa_cap
     choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
     assert seen == [None, "AVX2", "AVX512_CORE"]
-    # Pinned and mindcv choices are taken as they are, without deciding anything.
+    # Pinned choices are taken as they are, without deciding anything; mindcv models decide as the
+    # runner's own do (their convolutions run oneDNN too).
     pinned = choose_conv(compose_cfg("device=cpu", "model.conv=native"))
     assert pinned["asked"] == pinned["path"] == "native" and len(seen) == 3
-    assert choose_conv(compose_cfg("model=mindcv"))["path"] == "native" and len(seen) == 3
+    assert choose_conv(compose_cfg("model=mindcv", "device=cpu"))["path"] == "native" and len(seen) == 4
 
 
 def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
@@ -371,7 +485,7 @@ def test_a_misspelt_choice_is_refused_while_composing(tmp_path, tiny):
 
 def _run_with(path, tiny_run, tmp_path_factory):
     """A TINY run whose convolutions took `path`: the shared default run when that is its path."""
-    if metrics(tiny_run)["conv"]["path"] == path:
+    if set(metrics(tiny_run)["flops"]["conv_paths"]) == {path}:
         return tiny_run
     run_dir = tmp_path_factory.mktemp(f"{path}_run")
     run_cli(run_dir, *TINY, f"model.conv={path}")
@@ -452,9 +566,57 @@ def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
 
     from runner.models.build import build_model
 
-    cfg = compose_cfg("model=mindcv", "model.conv=onednn")
-    with pytest.raises(ModelError, match="model.conv=onednn applies to the runner's own ResNets"):
+    cfg = compose_cfg("model=mindcv", "model.conv=gemm")
+    with pytest.raises(ModelError, match="model.conv=gemm applies to the runner's own ResNets"):
         build_model(cfg.model, 10, 3, 32)
+
+
+ZOO_CONVS = [
+    dict(in_channels=4, out_channels=8, kernel_size=3, pad_mode="pad", padding=1, group=2, has_bias=True),
+    dict(in_channels=6, out_channels=6, kernel_size=3, stride=2, pad_mode="same", group=6),  # depthwise
+    dict(
+        in_channels=4,
+        out_channels=6,
+        kernel_size=(3, 5),
+        stride=(2, 1),
+        pad_mode="pad",
+        padding=(1, 0, 2, 1),
+        dilation=(1, 2),
+    ),
+    dict(in_channels=4, out_channels=6, kernel_size=1, pad_mode="valid", has_bias=True),
+]
+
+
+@needs_compiler
+@pytest.mark.parametrize("kw", ZOO_CONVS, ids=["grouped-bias", "depthwise-same", "rect-dilated", "1x1-bias"])
+def test_a_zoo_models_convolutions_run_onednn_with_the_same_parameters_and_gradients(graph, kw):
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.SequentialCell([nn.Conv2d(**kw)])
+
+        def construct(self, x):
+            return self.features(x)
+
+    rng = np.random.default_rng(5)
+    ref, alt = Net(), Net()
+    for a, b in zip(alt.get_parameters(), ref.get_parameters()):
+        a.set_data(b.data)
+    names = [p.name for p in alt.get_parameters()]
+    assert C.use_onednn(alt) == 1 and type(alt.features[0]) is C.OneDNNConv2d
+    assert [p.name for p in alt.get_parameters()] == names  # checkpoints load as before
+    x = Tensor(rng.standard_normal((2, kw["in_channels"], 9, 10), dtype=np.float32))
+    want_y = ref(x).asnumpy()
+    dy = Tensor(rng.standard_normal(want_y.shape, dtype=np.float32))
+
+    def all_grads(net):
+        grads = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)(net, net.trainable_params())
+        (dx,), dws = grads(x, dy)
+        return [net(x).asnumpy(), dx.asnumpy(), *(d.asnumpy() for d in dws)]
+
+    for want, got in zip(all_grads(ref), all_grads(alt), strict=True):
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_onednn_without_a_compiler_fails_before_anything_runs(tmp_path, tiny):

@@ -9,6 +9,7 @@
 // Built by models/onednn.py with g++ against the oneDNN C API headers in third_party/onednn.
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -154,9 +155,11 @@ Runtime &runtime() {
 struct Md {
   dnnl_memory_desc_t md = nullptr;
   Md() = default;
-  Md(const dnnl_dims_t dims, dnnl_format_tag_t tag, dnnl_data_type_t type = dnnl_f32) { init(dims, tag, type); }
-  void init(const dnnl_dims_t dims, dnnl_format_tag_t tag, dnnl_data_type_t type) {
-    check(dnnl_memory_desc_create_with_tag(&md, 4, dims, type, tag), "dnnl_memory_desc_create_with_tag");
+  Md(const dnnl_dims_t dims, dnnl_format_tag_t tag, dnnl_data_type_t type = dnnl_f32, int ndims = 4) {
+    init(dims, tag, type, ndims);
+  }
+  void init(const dnnl_dims_t dims, dnnl_format_tag_t tag, dnnl_data_type_t type, int ndims = 4) {
+    check(dnnl_memory_desc_create_with_tag(&md, ndims, dims, type, tag), "dnnl_memory_desc_create_with_tag");
   }
   Md(const Md &) = delete;
   Md &operator=(const Md &) = delete;
@@ -204,9 +207,26 @@ struct Conv {
   Reorder in_r[3][2], out_r[3];
 };
 
-// N C H W O k s p, and the dtypes MindSpore holds x (and dx), y (and dy) and w (and dw) in.
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, dnnl_data_type_t,
-                       dnnl_data_type_t, dnnl_data_type_t>;
+// The geometry (see Geometry), and the dtypes MindSpore holds x (and dx), y (and dy) and w (and dw) in.
+struct Geometry {
+  int64_t n, c, h, w, o, kh, kw;
+  int64_t sh, sw, pt, pb, pl, pr, dh, dw, g;  // strides, paddings, dilations (1: none), groups
+  bool operator<(const Geometry &b) const {
+    return std::tie(n, c, h, w, o, kh, kw, sh, sw, pt, pb, pl, pr, dh, dw, g) <
+           std::tie(b.n, b.c, b.h, b.w, b.o, b.kh, b.kw, b.sh, b.sw, b.pt, b.pb, b.pl, b.pr, b.dh, b.dw, b.g);
+  }
+};
+using Key = std::tuple<Geometry, dnnl_data_type_t, dnnl_data_type_t, dnnl_data_type_t>;
+
+// The output side of one dimension, as MindSpore's Conv2D computes it.
+int64_t out_side(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d) { return (in + pad - (k - 1) * d - 1) / s + 1; }
+
+// pad_mode="same" as MindSpore pads: output ceil(in / stride), the odd pad after (bottom, right).
+void same_pads(int64_t in, int64_t k, int64_t s, int64_t d, int64_t &before, int64_t &after) {
+  int64_t out = (in + s - 1) / s, total = std::max<int64_t>((out - 1) * s + (k - 1) * d + 1 - in, 0);
+  before = total / 2;
+  after = total - before;
+}
 
 std::mutex cache_m;
 std::map<Key, std::unique_ptr<Conv>> cache;
@@ -220,34 +240,43 @@ dnnl_primitive_attr_t user_scratchpad() {
 }
 
 Conv *get(const Key &key) {
-  std::lock_guard<std::mutex> g(cache_m);
+  std::lock_guard<std::mutex> lock(cache_m);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.get();
-  auto [n, c, h, w, o, k, s, p, x_type, y_type, w_type] = key;
+  auto [gm, x_type, y_type, w_type] = key;
   dnnl_engine_t eng = runtime().engine;
   auto cv = std::make_unique<Conv>();
-  dnnl_dims_t src_d = {n, c, h, w}, wei_d = {o, c, k, k};
-  dnnl_dims_t dst_d = {n, o, (h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1};
-  dnnl_dims_t strides = {s, s}, dilates = {0, 0}, pad = {p, p};
+  const int64_t n = gm.n, c = gm.c, o = gm.o, g = gm.g;
+  dnnl_dims_t src_d = {n, c, gm.h, gm.w};
+  // Grouped weights are 5-d for oneDNN, (G, O/G, C/G, kh, kw): the same memory as MindSpore's
+  // (O, C/G, kh, kw) in goihw order.
+  dnnl_dims_t wei_d = {o, c, gm.kh, gm.kw}, gwei_d = {g, o / g, c / g, gm.kh, gm.kw};
+  const int wei_nd = g > 1 ? 5 : 4;
+  const int64_t *wd = g > 1 ? gwei_d : wei_d;
+  dnnl_dims_t dst_d = {n, o, out_side(gm.h, gm.kh, gm.sh, gm.pt + gm.pb, gm.dh),
+                       out_side(gm.w, gm.kw, gm.sw, gm.pl + gm.pr, gm.dw)};
+  dnnl_dims_t strides = {gm.sh, gm.sw}, dilates = {gm.dh - 1, gm.dw - 1};
+  dnnl_dims_t pad = {gm.pt, gm.pl}, pad_r = {gm.pb, gm.pr};
   // The primitives compute in float32 (as MindSpore's own CPU Conv2D does under AMP); a float16 tensor
   // is converted by the reorder that brings it into (or out of) the primitive's format.
   cv->src.init(src_d, dnnl_nchw, x_type);
-  cv->wei.init(wei_d, dnnl_oihw, w_type);
+  cv->wei.init(wd, g > 1 ? dnnl_goihw : dnnl_oihw, w_type, wei_nd);
   cv->dst.init(dst_d, dnnl_nchw, y_type);
-  Md src_any(src_d, dnnl_format_tag_any), wei_any(wei_d, dnnl_format_tag_any), dst_any(dst_d, dnnl_format_tag_any);
+  Md src_any(src_d, dnnl_format_tag_any), wei_any(wd, dnnl_format_tag_any, dnnl_f32, wei_nd),
+      dst_any(dst_d, dnnl_format_tag_any);
   dnnl_primitive_attr_t attr = user_scratchpad();
   dnnl_primitive_desc_t *pd = &cv->pass[FWD].pd;
   dnnl_status_t st = dnnl_convolution_forward_primitive_desc_create(
       pd, eng, dnnl_forward_training, dnnl_convolution_direct, src_any.md, wei_any.md, nullptr, dst_any.md, strides,
-      dilates, pad, pad, attr);
+      dilates, pad, pad_r, attr);
   if (st == dnnl_success)
     st = dnnl_convolution_backward_data_primitive_desc_create(&cv->pass[BWD_DATA].pd, eng, dnnl_convolution_direct,
                                                               src_any.md, wei_any.md, dst_any.md, strides, dilates,
-                                                              pad, pad, *pd, attr);
+                                                              pad, pad_r, *pd, attr);
   if (st == dnnl_success)
     st = dnnl_convolution_backward_weights_primitive_desc_create(
         &cv->pass[BWD_WEIGHTS].pd, eng, dnnl_convolution_direct, src_any.md, wei_any.md, nullptr, dst_any.md, strides,
-        dilates, pad, pad, *pd, attr);
+        dilates, pad, pad_r, *pd, attr);
   dnnl_primitive_attr_destroy(attr);
   check(st, "convolution primitive descriptor");
   // Inputs and output of each pass, as (query, plain descriptor).
@@ -326,20 +355,158 @@ dnnl_data_type_t type_of(const char *dtype) {
   throw Failure{std::string("takes float32 or float16 tensors, got ") + dtype};
 }
 
-int64_t scalar(void *p) { return *static_cast<int64_t *>(p); }
-
 // The operators' common frame: argument checks, then pass `i`. x_at, y_at, w_at: where the tensors with
-// x's, y's and w's shape and dtype are among the parameters (the output counts).
+// x's, y's and w's shape and dtype are among the parameters (the output counts); g_at: the int64 tensor
+// (stride h, w; pad top, bottom, left, right; dilation h, w; groups; same), same=1: pads as pad_mode="same".
 int call(const char *name, int want_params, int nparam, void **params, int *ndims, int64_t **shapes,
-         const char **dtypes, int i, int x_at, int y_at, int w_at, int s_at) {
+         const char **dtypes, int i, int x_at, int y_at, int w_at, int g_at) {
   int out_at = nparam - 1;
   try {
     if (nparam != want_params) throw Failure{"expects " + std::to_string(want_params) + " tensors"};
-    if (ndims[x_at] != 4 || ndims[w_at] != 4) throw Failure{"takes 4-d tensors (N, C, H, W) and (O, C, k, k)"};
-    const int64_t *x = shapes[x_at], *w = shapes[w_at];
-    Conv *cv = get(Key{x[0], x[1], x[2], x[3], w[0], w[2], scalar(params[s_at]), scalar(params[s_at + 1]),
-                       type_of(dtypes[x_at]), type_of(dtypes[y_at]), type_of(dtypes[w_at])});
+    if (ndims[x_at] != 4 || ndims[w_at] != 4) throw Failure{"takes 4-d tensors (N, C, H, W) and (O, C/G, kh, kw)"};
+    if (ndims[g_at] != 1 || shapes[g_at][0] != 10) throw Failure{"takes 10 geometry values"};
+    const int64_t *x = shapes[x_at], *w = shapes[w_at], *p = static_cast<int64_t *>(params[g_at]);
+    Geometry gm{x[0], x[1], x[2], x[3], w[0], w[2], w[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
+    if (p[9]) {
+      same_pads(gm.h, gm.kh, gm.sh, gm.dh, gm.pt, gm.pb);
+      same_pads(gm.w, gm.kw, gm.sw, gm.dw, gm.pl, gm.pr);
+    }
+    if (gm.g < 1 || gm.c % gm.g || gm.o % gm.g || w[1] * gm.g != gm.c) throw Failure{"groups do not divide the channels"};
+    Conv *cv = get(Key{gm, type_of(dtypes[x_at]), type_of(dtypes[y_at]), type_of(dtypes[w_at])});
     run(cv, i, params[0], params[1], params[out_at]);
+    return 0;
+  } catch (const Failure &f) {
+    std::fprintf(stderr, "model.conv=onednn: %s %s\n", name, f.what.c_str());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "model.conv=onednn: %s: %s\n", name, e.what());
+  }
+  return 1;
+}
+
+// Max pooling with a workspace (the argmax of each window), so that the backward pass reads where each
+// maximum was instead of recomputing the forward (MindSpore's CPU MaxPoolGrad does), on a memory format
+// oneDNN has a fast kernel for: plain NCHW if its implementation there is a jit one, else NHWC
+// (oneDNN's plain-NCHW pooling is `simple_nchw` on some builds), with reorders at the edges.
+// Padding as MindSpore's pad_mode="same": output ceil(in / stride), the odd pad at the bottom/right.
+struct Pool2d {
+  Md src, dst;          // plain NCHW, as MindSpore holds them
+  Md own_src, own_dst;  // the format the primitives run on (the same as plain when that is fast)
+  Prim fwd, bwd;
+  Reorder src_in, dst_out, dst_in, src_out;  // plain -> own (x, dy), own -> plain (y, dx)
+  size_t ws_bytes = 0;
+};
+
+using PoolKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // N C H W k s
+std::map<PoolKey, std::unique_ptr<Pool2d>> pools;
+
+int64_t same_out(int64_t in, int64_t s) { return (in + s - 1) / s; }
+
+bool fast_impl(dnnl_primitive_desc_t pd) {
+  const char *impl = nullptr;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return false;
+  return std::strncmp(impl, "simple", 6) != 0 && std::strncmp(impl, "ref", 3) != 0;
+}
+
+Pool2d *get_pool(const PoolKey &key) {
+  std::lock_guard<std::mutex> g(cache_m);
+  auto it = pools.find(key);
+  if (it != pools.end()) return it->second.get();
+  auto [n, c, h, w, k, s] = key;
+  dnnl_engine_t eng = runtime().engine;
+  auto pl = std::make_unique<Pool2d>();
+  int64_t oh = same_out(h, s), ow = same_out(w, s);
+  int64_t ph = std::max<int64_t>((oh - 1) * s + k - h, 0), pw = std::max<int64_t>((ow - 1) * s + k - w, 0);
+  dnnl_dims_t src_d = {n, c, h, w}, dst_d = {n, c, oh, ow};
+  dnnl_dims_t strides = {s, s}, kernel = {k, k}, dil = {0, 0}, pad_l = {ph / 2, pw / 2};
+  dnnl_dims_t pad_r = {ph - ph / 2, pw - pw / 2};
+  pl->src.init(src_d, dnnl_nchw, dnnl_f32);
+  pl->dst.init(dst_d, dnnl_nchw, dnnl_f32);
+  dnnl_primitive_attr_t attr = user_scratchpad();
+  dnnl_status_t st = dnnl_success;
+  for (dnnl_format_tag_t tag : {dnnl_nchw, dnnl_nhwc}) {
+    if (pl->fwd.pd) dnnl_primitive_desc_destroy(pl->fwd.pd), pl->fwd.pd = nullptr;
+    if (pl->own_src.md) dnnl_memory_desc_destroy(pl->own_src.md), pl->own_src.md = nullptr;
+    if (pl->own_dst.md) dnnl_memory_desc_destroy(pl->own_dst.md), pl->own_dst.md = nullptr;
+    pl->own_src.init(src_d, tag, dnnl_f32);
+    pl->own_dst.init(dst_d, tag, dnnl_f32);
+    st = dnnl_pooling_forward_primitive_desc_create(&pl->fwd.pd, eng, dnnl_forward_training, dnnl_pooling_max,
+                                                    pl->own_src.md, pl->own_dst.md, strides, kernel, dil, pad_l,
+                                                    pad_r, attr);
+    if (st == dnnl_success && fast_impl(pl->fwd.pd)) break;
+  }
+  if (st == dnnl_success)
+    st = dnnl_pooling_backward_primitive_desc_create(&pl->bwd.pd, eng, dnnl_pooling_max, pl->own_src.md,
+                                                     pl->own_dst.md, strides, kernel, dil, pad_l, pad_r, pl->fwd.pd,
+                                                     attr);
+  dnnl_primitive_attr_destroy(attr);
+  check(st, "pooling primitive descriptor");
+  check(dnnl_primitive_create(&pl->fwd.prim, pl->fwd.pd), "dnnl_primitive_create (pooling)");
+  check(dnnl_primitive_create(&pl->bwd.prim, pl->bwd.pd), "dnnl_primitive_create (pooling backward)");
+  make_reorder(pl->src_in, pl->src.md, pl->own_src.md, eng);
+  make_reorder(pl->dst_out, pl->own_dst.md, pl->dst.md, eng);
+  make_reorder(pl->dst_in, pl->dst.md, pl->own_dst.md, eng);
+  make_reorder(pl->src_out, pl->own_src.md, pl->src.md, eng);
+  pl->ws_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pl->fwd.pd, dnnl_query_workspace_md, 0));
+  Pool2d *raw = pl.get();
+  pools[key] = std::move(pl);
+  return raw;
+}
+
+// `plain` into a memory of `own`'s format: the same buffer when no reorder is needed.
+std::unique_ptr<Mem> into(const Reorder &r, const_dnnl_memory_desc_t own, Mem &plain) {
+  if (!r.prim) return nullptr;
+  auto m = std::make_unique<Mem>(own, nullptr);
+  reorder(r, plain.m, m->m);
+  return m;
+}
+
+void pool_forward(Pool2d *pl, void *x, void *y, void *ws) {
+  Runtime &rt = runtime();
+  std::lock_guard<std::mutex> g(rt.exec_m);
+  Mem user_x(pl->src.md, x), user_y(pl->dst.md, y);
+  auto own_x = into(pl->src_in, pl->own_src.md, user_x);
+  std::unique_ptr<Mem> own_y = pl->dst_out.prim ? std::make_unique<Mem>(pl->own_dst.md, nullptr) : nullptr;
+  Mem work(dnnl_primitive_desc_query_md(pl->fwd.pd, dnnl_query_workspace_md, 0), ws);
+  Mem scratch(dnnl_primitive_desc_query_md(pl->fwd.pd, dnnl_query_scratchpad_md, 0), nullptr);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, own_x ? own_x->m : user_x.m},
+                             {DNNL_ARG_DST, own_y ? own_y->m : user_y.m},
+                             {DNNL_ARG_WORKSPACE, work.m},
+                             {DNNL_ARG_SCRATCHPAD, scratch.m}};
+  check(dnnl_primitive_execute(pl->fwd.prim, rt.stream, 4, args), "pooling");
+  if (own_y) reorder(pl->dst_out, own_y->m, user_y.m);
+  check(dnnl_stream_wait(rt.stream), "dnnl_stream_wait");
+}
+
+void pool_backward(Pool2d *pl, void *dy, void *ws, void *dx) {
+  Runtime &rt = runtime();
+  std::lock_guard<std::mutex> g(rt.exec_m);
+  Mem user_dy(pl->dst.md, dy), user_dx(pl->src.md, dx);
+  auto own_dy = into(pl->dst_in, pl->own_dst.md, user_dy);
+  std::unique_ptr<Mem> own_dx = pl->src_out.prim ? std::make_unique<Mem>(pl->own_src.md, nullptr) : nullptr;
+  Mem work(dnnl_primitive_desc_query_md(pl->fwd.pd, dnnl_query_workspace_md, 0), ws);
+  Mem scratch(dnnl_primitive_desc_query_md(pl->bwd.pd, dnnl_query_scratchpad_md, 0), nullptr);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_DIFF_DST, own_dy ? own_dy->m : user_dy.m},
+                             {DNNL_ARG_DIFF_SRC, own_dx ? own_dx->m : user_dx.m},
+                             {DNNL_ARG_WORKSPACE, work.m},
+                             {DNNL_ARG_SCRATCHPAD, scratch.m}};
+  check(dnnl_primitive_execute(pl->bwd.prim, rt.stream, 4, args), "pooling backward");
+  if (own_dx) reorder(pl->src_out, own_dx->m, user_dx.m);
+  check(dnnl_stream_wait(rt.stream), "dnnl_stream_wait");
+}
+
+// The pool's two int64 parameters (kernel, stride) from a tensor of two.
+PoolKey pool_key(const int64_t *x, void *ks) {
+  const int64_t *p = static_cast<int64_t *>(ks);
+  return PoolKey{x[0], x[1], x[2], x[3], p[0], p[1]};
+}
+
+int pool_call(const char *name, int want, int nparam, int *ndims, const char **dtypes, int x_at,
+              const std::function<void()> &body) {
+  try {
+    if (nparam != want) throw Failure{"expects " + std::to_string(want) + " tensors"};
+    if (ndims[x_at] != 4) throw Failure{"takes a 4-d tensor (N, C, H, W)"};
+    if (std::strcmp(dtypes[x_at], "float32") != 0) throw Failure{std::string("takes float32, got ") + dtypes[x_at]};
+    body();
     return 0;
   } catch (const Failure &f) {
     std::fprintf(stderr, "model.conv=onednn: %s %s\n", name, f.what.c_str());
@@ -353,26 +520,52 @@ int call(const char *name, int want_params, int nparam, void **params, int *ndim
 
 extern "C" {
 
-// Stride and padding arrive as int64 tensors of one element, after the data inputs. Tensors are float32
-// or float16 (AMP), each in its own.
-// Forward: x (N, C, H, W), w (O, C, k, k), stride, padding -> y (N, O, OH, OW).
+// The geometry arrives as one int64 tensor of 10 values after the data inputs (call). Tensors are
+// float32 or float16 (AMP), each in its own.
+// Forward: x (N, C, H, W), w (O, C/G, kh, kw), geometry -> y (N, O, OH, OW).
 int ConvForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  return call("ConvForward", 5, nparam, params, ndims, shapes, dtypes, FWD, 0, 4, 1, 2);
+  return call("ConvForward", 4, nparam, params, ndims, shapes, dtypes, FWD, 0, 3, 1, 2);
 }
 
-// Backward data: dy (N, O, OH, OW), w, x (for its shape), stride, padding -> dx (N, C, H, W).
+// Backward data: dy (N, O, OH, OW), w, x (for its shape), geometry -> dx (N, C, H, W).
 int ConvBackwardData(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  return call("ConvBackwardData", 6, nparam, params, ndims, shapes, dtypes, BWD_DATA, 5, 0, 1, 3);
+  return call("ConvBackwardData", 5, nparam, params, ndims, shapes, dtypes, BWD_DATA, 4, 0, 1, 3);
 }
 
-// Backward weights: x, dy, w (for its shape), stride, padding -> dw (O, C, k, k).
+// Backward weights: x, dy, w (for its shape), geometry -> dw (O, C/G, kh, kw).
 int ConvBackwardWeights(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                         void *) {
-  return call("ConvBackwardWeights", 6, nparam, params, ndims, shapes, dtypes, BWD_WEIGHTS, 0, 1, 5, 3);
+  return call("ConvBackwardWeights", 5, nparam, params, ndims, shapes, dtypes, BWD_WEIGHTS, 0, 1, 4, 3);
 }
 }
 
 extern "C" {
+// Max pool forward: x (N, C, H, W) float32, (kernel, stride) int64 -> y (N, C, OH, OW), workspace (bytes).
+int MaxPoolForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  return pool_call("MaxPoolForward", 4, nparam, ndims, dtypes, 0, [&] {
+    Pool2d *pl = get_pool(pool_key(shapes[0], params[1]));
+    if (shapes[3][0] != static_cast<int64_t>(pl->ws_bytes)) throw Failure{"workspace size mismatch"};
+    pool_forward(pl, params[0], params[2], params[3]);
+  });
+}
+
+// Max pool backward: dy, workspace, x (for its shape), (kernel, stride) -> dx (N, C, H, W).
+int MaxPoolBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  return pool_call("MaxPoolBackward", 5, nparam, ndims, dtypes, 2, [&] {
+    Pool2d *pl = get_pool(pool_key(shapes[2], params[3]));
+    pool_backward(pl, params[0], params[1], params[4]);
+  });
+}
+
+// The workspace bytes of a max pool on an (n, c, h, w) float32 input: its output's shape in Python.
+int64_t MaxPoolWorkspaceBytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t s) {
+  try {
+    return static_cast<int64_t>(get_pool(PoolKey{n, c, h, w, k, s})->ws_bytes);
+  } catch (const Failure &) {
+    return -1;
+  }
+}
+
 // The threads the operators run on in this process (starts the pool): what a rank was given.
 int PoolThreads() {
   try {

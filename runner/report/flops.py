@@ -39,9 +39,10 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
         flops = 2 * cout * hout * wout * cin * kh * kw
         counts["conv"] += flops
         path = conv_path(cell, inputs[0].shape)
-        entry = paths.setdefault(path, {"layers": 0, "forward_flops_per_sample": 0})
+        entry = paths.setdefault(path, {"layers": 0, "forward_flops_per_sample": 0, "names": []})
         entry["layers"] += 1
         entry["forward_flops_per_sample"] += flops
+        entry["names"].append(names.get(id(cell), "?"))
 
     def dense_hook(cell, inputs, output):
         counts["dense"] += 2 * cell.in_channels * cell.out_channels
@@ -55,6 +56,7 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
     handles = []
+    names = {id(cell): name for name, cell in net.cells_and_names()}  # which layer took which path
     for _, cell in net.cells_and_names():
         if isinstance(cell, nn.Conv2d):
             handles.append(cell.register_forward_hook(conv_hook))
@@ -81,11 +83,15 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
 
 
 def conv_path(cell, input_shape) -> str:
-    """The algorithm a convolution cell runs on this input: "native", "gemm" or "onednn" (models/conv.py).
+    """The algorithm a convolution cell runs on this input: "native", "gemm", "dense" or "onednn"
+    (models/conv.py).
 
-    A gemm cell built for another input size compiles to the native convolution, so it counts as such.
+    A gemm or dense cell built for another input size compiles to the native convolution, so it counts
+    as such.
     """
     path = getattr(cell, "path", "native")
+    if path == "dense" and tuple(input_shape[2:]) != (cell.size, cell.size):
+        return "native"
     if path != "gemm":
         return path
     if getattr(cell, "select", None) is not None and tuple(input_shape[2:]) != (cell.size, cell.size):

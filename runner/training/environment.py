@@ -23,12 +23,10 @@ def choose_conv(cfg) -> dict:
     if cap is None and str(cfg.device.cpu_isa_cap).lower() != "auto":
         cap = str(cfg.device.cpu_isa_cap)
     cpu = cfg.device.target not in ("gpu", "ascend")
-    pays = cpu and cfg.model.style != "mindcv" and onednn.isa_pays(cap)
+    pays = cpu and onednn.isa_pays(cap)
     if asked != "best":
         return {"asked": asked, "path": asked, "reason": "as configured", "cost": "", "onednn_pays": pays}
-    if cfg.model.style == "mindcv":
-        choice = {"path": "native", "reason": "mindcv models build MindSpore's nn.Conv2d themselves", "cost": ""}
-    elif not cpu:
+    if not cpu:
         choice = {"path": "native", "reason": f"MindSpore's Conv2D is the fast path on {cfg.device.target}", "cost": ""}
     else:
         made = onednn.choose(cap)

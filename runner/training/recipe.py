@@ -215,7 +215,11 @@ class Recipe:
             data.num_classes,
             data.channels,
             min(data.height, data.width),
-            conv=self.env.conv["path"],
+            # best with oneDNN available: each layer takes the algorithm measured fastest for its shape
+            # (models/conv.py choose_path), oneDNN's direct kernels where nothing beats them.
+            conv="best"
+            if self.env.conv["asked"] == "best" and self.env.conv["path"] == "onednn"
+            else self.env.conv["path"],
         )
         self.net = net = self.make_net()
         if self.cfg.model.num_classes is not None and self.cfg.model.num_classes > data.num_classes:
