@@ -113,11 +113,11 @@ def test_using_a_trained_model_runs_as_written(tmp_path):
 
 def training_commands() -> list:
     """Every `python -m runner ...` / `runner-train ...` / `runner-configs ...` command line in the code blocks of
-    the README and the site's pages (a trailing `\\` continues it), in order, with comments cut."""
+    the README and the site's pages (a trailing `\\` continues it), in order, with comments cut, each once."""
     found = []
     for _, text in user_docs():
         found += _training_commands(text.splitlines())
-    return found
+    return list(dict.fromkeys(found))  # the README repeats a few of the pages' commands: each runs once
 
 
 def _training_commands(lines: list) -> list:
