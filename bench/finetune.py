@@ -1,10 +1,10 @@
-"""What fine-tuning buys: validation accuracy per epoch from scratch vs `init_from` a digits run (README table).
+"""What fine-tuning buys: validation accuracy per epoch from scratch vs `init_from` a digits run (docs/fine-tuning.md).
 
 A digits run (default config, resnet8 at 16x16) of --source-epochs epochs, then a 5-class image folder of
 digit renderings (tests/imagegen.py `digit_folder(root, [(8, 8), (16, 16), (12, 10)], per_class=60, classes=5,
 val_per_class=30, seed=7)`: 300 training and 150 validation images, RGB, gray and RGBA at three sizes) trained
 three ways for --epochs epochs each with `validation.every_epochs=1`: from scratch, `init_from` the digits run,
-and the same with `optim.freeze=[stem,layer1]`. Each run in its own process; prints the README's table.
+and the same with `optim.freeze=[stem,layer1]`. Each run in its own process; prints docs/fine-tuning.md's table.
 
     .venv/bin/python bench/finetune.py [--epochs 10] [--source-epochs 5]
 """

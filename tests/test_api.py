@@ -1,4 +1,5 @@
-"""The Python API (runner/api.py): the README's example as written, refusals raised, several runs in one process."""
+"""The Python API (runner/api.py): the example of docs/python-api.md as written, refusals raised, several runs
+in one process."""
 
 import logging
 import os
@@ -8,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY
+from conftest import TINY
+from docs_pages import page
 from test_train import PINNED_LOSS, PINNED_VAL
 
 import runner
@@ -17,10 +19,8 @@ from runner.training import environment
 
 
 def readme_example() -> str:
-    """The code block of the README's "From Python" section."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## From Python", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    """The first code block of docs/python-api.md ("From Python")."""
+    return re.search(r"```python\n(.*?)```", page("python-api.md"), re.S).group(1)
 
 
 @pytest.mark.cpu_only
@@ -32,7 +32,7 @@ def test_the_readme_example_runs_as_written_and_leaves_the_process_as_it_found_i
     isa_before = os.environ.get(environment.ISA_VAR)
     handlers_before, level_before = list(logging.getLogger().handlers), logging.getLogger().level
     scope: dict = {}
-    exec(compile(readme_example(), "README.md", "exec"), scope)
+    exec(compile(readme_example(), "docs/python-api.md", "exec"), scope)
     metrics, scores = scope["metrics"], scope["scores"]
 
     # The same numbers as the pinned command-line run (tests/test_train.py), typed.
@@ -41,7 +41,7 @@ def test_the_readme_example_runs_as_written_and_leaves_the_process_as_it_found_i
         assert metrics.loss_curve[step - 1] == pytest.approx(loss, abs=2e-4)
     assert metrics.val_accuracy == pytest.approx(PINNED_VAL["val_accuracy"], abs=2e-4)
     assert scores.top1 == metrics.val_accuracy and scores.loss_batch_mean == pytest.approx(metrics.val_loss)
-    # What the README says the example prints.
+    # What the page says the example prints.
     printed = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith(("val_acc", "top1"))]
     promised = [ln.split("# ", 1)[1] for ln in readme_example().splitlines() if ln.startswith("print(")]
     assert printed == promised

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from docs_pages import user_docs
 
 BIN = Path(sys.executable).parent
 SCRIPTS = ["runner-train", "runner-evaluate", "runner-predict", "runner-export"]
@@ -107,8 +107,9 @@ def test_configs_cp_copies_an_experiment_that_the_runner_then_uses(tmp_path, mon
 
 
 def readme_files(tmp_path) -> None:
-    """Write the README's example config files (```yaml blocks that start `# file: <path>`) under tmp_path."""
-    text = (REPO / "README.md").read_text()
+    """Write the documentation's example config files (```yaml blocks that start `# file: <path>`; today those of
+    docs/configuration.md) under tmp_path."""
+    text = "\n".join(text for _, text in user_docs())
     for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
         first, _, body = block.partition("\n")
         if first.startswith("# file: "):

@@ -4,7 +4,8 @@ import json
 import re
 
 import pytest
-from conftest import REPO, TINY, metrics, run_cli, run_in_process
+from conftest import TINY, metrics, run_cli, run_in_process
+from docs_pages import section
 
 ARGS = [o for o in TINY if not o.startswith("epochs=")] + ["epochs=2"]
 
@@ -30,13 +31,13 @@ def test_two_workers_agree_and_match_single_process(tmp_path):
     # statistics, so the run is close, not identical.
     assert abs(b["val_loss"] - a["val_loss"]) <= 0.05, (a["val_loss"], b["val_loss"])
     assert abs(b["val_accuracy"] - a["val_accuracy"]) <= 0.03, (a["val_accuracy"], b["val_accuracy"])
-    # The README's "Data parallel" paragraph quotes these two runs: its numbers are these, up to what
-    # another CPU's kernels change (2 of 359 samples, 10% of a loss).
-    text = " ".join((REPO / "README.md").read_text().split())
+    # The "Data parallel" paragraph of docs/distributed-and-sweeps.md quotes these two runs: its numbers are these,
+    # up to what another CPU's kernels change (2 of 359 samples, 10% of a loss).
+    text = " ".join(section("distributed-and-sweeps.md", "Data parallel (msrun)").split())
     quoted = re.search(
         r"validation loss ([0-9.]+) against ([0-9.]+) for one process.*?accuracy ([0-9.]+) against ([0-9.]+)", text
     )
-    assert quoted, "the README's data-parallel paragraph"
+    assert quoted, "the data-parallel paragraph of docs/distributed-and-sweeps.md"
     dp_loss, one_loss, dp_acc, one_acc = map(float, quoted.groups())
     got = (b["val_loss"], a["val_loss"], b["val_accuracy"], a["val_accuracy"])
     assert abs(dp_loss - got[0]) <= 0.1 * dp_loss and abs(one_loss - got[1]) <= 0.1 * one_loss, got

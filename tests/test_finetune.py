@@ -105,7 +105,7 @@ def test_freeze_patterns_are_checked():
 
 @pytest.mark.slow
 def test_finetune_reaches_scratch_accuracy_in_fewer_epochs(tmp_path, tiny_run, folder5):
-    """The README's measurement, small: a 5-class folder from scratch vs from the 10-class digits run."""
+    """docs/fine-tuning.md's measurement, small: a 5-class folder from scratch vs from the 10-class digits run."""
     common = [*TINY, "epochs=6", "validation.every_epochs=1", "data=imagefolder", f"data.root={folder5}"]
     run_cli(tmp_path / "scratch", *common)
     run_cli(tmp_path / "tuned", *common, f"init_from={tiny_run}")

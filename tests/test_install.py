@@ -119,7 +119,7 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
     # Hugging Face's datasets from PyPI into the same site-packages; what this venv already has is kept
     # at its version (numpy<2 for MindSpore), so the wheel's runner still runs beside it. pyarrow 24,
     # which the newest datasets requires, imports only under NumPy 2 (measured: "pyarrow requires NumPy
-    # 2.0 or newer"), so pip takes the newest datasets that runs with pyarrow 23 (README, Install).
+    # 2.0 or newer"), so pip takes the newest datasets that runs with pyarrow 23 (docs/getting-started.md, Install).
     frozen = subprocess.run(
         [sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True, check=True
     ).stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from docs_pages import page
 
 # runner/'s parts from the bottom up; a part may import its own modules and those of the parts below it.
 # Parts on one rung (amp, report) do not import each other. errors.py, config/ ... cli/ are folders or files
@@ -179,9 +180,8 @@ def test_a_notebook_builds_data_and_a_model_without_the_runner():
     assert "runner.models" in loaded and "runner.datasets" in loaded
 
 
-def test_the_readme_layout_names_every_module():
-    text = (REPO / "README.md").read_text()
-    block = text.split("## How the code is laid out", 1)[1].split("```")[1]
+def test_the_layout_page_names_every_module():
+    block = page("layout.md").split("```")[1]  # docs/layout.md's first code block: the tree
     named = {}  # folder -> the file names listed under it, by indentation
     stack = []
     for line in block.splitlines():
@@ -203,7 +203,7 @@ def test_the_readme_layout_names_every_module():
                 continue  # a subpackage is named by its folder
             if rel.name not in named.get(str(rel.parent), set()):
                 missing.append(str(rel))
-    assert not missing, f"README's layout section does not name: {missing}"
+    assert not missing, f"docs/layout.md's tree does not name: {missing}"
 
 
 EXITS = {"exit", "_exit", "SystemExit", "print_user_error"}  # sys.exit, os._exit, raise/except SystemExit

@@ -1,5 +1,6 @@
-"""The README's "Using a trained model" commands, run as written in a fresh directory, print the numbers
-the README shows (accuracies, losses, counts; timings and paths differ from machine to machine)."""
+"""The documentation's commands, run as written in a fresh directory: "Using a trained model" and "When the loss
+becomes NaN" print the numbers their pages show (accuracies, losses, counts; timings and paths differ from
+machine to machine), and every training command of the README and the site's pages composes."""
 
 import os
 import re
@@ -8,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from docs_pages import page, section, user_docs
 
-# The numbers the README shows. A run is deterministic on one machine (tests/test_train.py pins a loss curve), but
+# The numbers the pages show. A run is deterministic on one machine (tests/test_train.py pins a loss curve), but
 # the default convolutions are oneDNN's kernels for the CPU at hand (AVX2 here, AVX-512 elsewhere), whose float
 # summation order differs: over three epochs that moves an accuracy by a sample or two and a loss by a few percent.
 EXACT = re.compile(r"\b(val_acc|val_loss|train_loss|top1|top5|top-1 agreement) ([0-9.]+)|(\d+) images classified")
@@ -18,15 +19,8 @@ ACCURACY = ("val_acc", "top1", "top5", "top-1 agreement")
 DIFF = re.compile(r"max \|diff\| ([0-9.e+-]+)")
 
 
-def section(title: str) -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end > 0 else None]
-
-
 def commands(text: str) -> list:
-    """(command, the output lines the README shows for it) for each `$ ` line of the section's code blocks;
+    """(command, the output lines the page shows for it) for each `$ ` line of the section's code blocks;
     a here-document (<<'EOF') runs to its EOF line. Package installs are left to the reader."""
     found = []
     for block in re.findall(r"```\n(.*?)```", text, re.S):
@@ -52,7 +46,7 @@ def commands(text: str) -> list:
 
 
 def reader_env() -> dict:
-    """The environment a README reader's shell has: `python` is the venv's, as the README says, and no
+    """The environment a reader's shell has: `python` is the venv's, as the pages say, and no
     ONEDNN_MAX_CPU_ISA of the tests' own."""
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
@@ -81,7 +75,7 @@ def agree(shown: list, got: list) -> bool:
 
 
 def same_line(shown: str, out: list) -> str:
-    """The output line the README line shows: the same log message, or the line with the same first word."""
+    """The output line a page's line shows: the same log message, or the line with the same first word."""
     if shown.startswith("[") and "] - " in shown:
         message = shown.split("] - ", 1)[1].split(":")[0]
         hits = [line for line in out if f"] - {message}:" in line]
@@ -93,7 +87,7 @@ def same_line(shown: str, out: list) -> str:
 
 @pytest.mark.slow
 def test_using_a_trained_model_runs_as_written(tmp_path):
-    steps = commands(section("Using a trained model"))
+    steps = commands(page("using-a-trained-model.md"))
     assert [c.split()[2] if c.startswith("python -m") else c.split()[0] for c, _ in steps][:5] == [
         "runner",
         "runner.evaluate",
@@ -118,10 +112,16 @@ def test_using_a_trained_model_runs_as_written(tmp_path):
 
 
 def training_commands() -> list:
-    """Every `python -m runner ...` / `runner-train ...` / `runner-configs ...` command line in the README's
-    code blocks (a trailing `\\` continues it), in order, with comments cut."""
+    """Every `python -m runner ...` / `runner-train ...` / `runner-configs ...` command line in the code blocks of
+    the README and the site's pages (a trailing `\\` continues it), in order, with comments cut, each once."""
+    found = []
+    for _, text in user_docs():
+        found += _training_commands(text.splitlines())
+    return list(dict.fromkeys(found))  # the README repeats a few of the pages' commands: each runs once
+
+
+def _training_commands(lines: list) -> list:
     found, block = [], False
-    lines = (REPO / "README.md").read_text().splitlines()
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -145,10 +145,10 @@ NEEDS_ELSEWHERE = re.compile(r"<|~/|=/data|=/w/|submitit_slurm")
 
 
 @pytest.mark.slow
-def test_every_training_command_in_the_readme_runs_as_a_dry_run(tmp_path):
+def test_every_training_command_in_the_docs_runs_as_a_dry_run(tmp_path):
     from test_commands import readme_files
 
-    readme_files(tmp_path)  # the README's example config files, for the commands that use them
+    readme_files(tmp_path)  # the pages' example config files, for the commands that use them
     env = reader_env()
     ran = []
     for cmd in training_commands():
@@ -181,7 +181,7 @@ def same_text(shown: str, got: str) -> bool:
 def test_when_the_loss_becomes_nan_runs_as_written(tmp_path):
     import json
 
-    steps = commands(section("When the loss becomes NaN"))
+    steps = commands(section("amp.md", "When the loss becomes NaN"))
     assert len(steps) == 4, [c for c, _ in steps]
     env = reader_env()
 

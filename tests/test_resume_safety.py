@@ -210,7 +210,7 @@ def test_sigterm_after_training_is_resumable_and_resume_only_reports(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_mid_training_says_sigint_and_exits_130(tmp_path):
-    # The signal that came is named, and the exit status is 128 + it (the README's 130 for Ctrl-C).
+    # The signal that came is named, and the exit status is 128 + it (130 for Ctrl-C, as the README says).
     run_dir = tmp_path / "run"
     proc = start_cli(run_dir, "epochs=20", *SMALL)
     wait_for(proc, lambda: (run_dir / "loss_scale.csv").exists())

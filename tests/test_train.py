@@ -108,6 +108,6 @@ def test_eval_off_and_no_checkpoint(eval_off_run):
 
 
 def test_checkpoints_are_written_read_only_for_their_owner(tiny_run):
-    # MindSpore's save_checkpoint makes every .ckpt mode 0400, and the runner keeps that (README, "Checkpoints").
+    # MindSpore's save_checkpoint makes every .ckpt mode 0400, and the runner keeps that (docs/checkpoints.md).
     files = [tiny_run / "model.ckpt", *sorted((tiny_run / "checkpoints").glob("step_*.ckpt"))]
     assert len(files) > 1 and all((f.stat().st_mode & 0o777) == 0o400 for f in files)
