@@ -19,8 +19,12 @@ from runner.rundir.atomic import write_json
 from runner.rundir.claim import check_run_dir
 from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
+from runner.rundir import sweep_jobs
 
 register()
+# sweep_jobs registers ${runner_sweep_job:...} (hydra.sweep.subdir) when imported: a joblib worker gets main
+# pickled by value, and imports the module because continue_job names it.
+sweep_jobs.register()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://runner.conf", config_name="config")
@@ -35,6 +39,9 @@ def main(cfg) -> Optional[float]:
             from runner.report.outputs import tag_job_records
 
             tag_job_records(HydraConfig.get().job.num)
+            kept = continue_job(cfg, HydraConfig.get().runtime.output_dir)
+            if kept is not None:
+                return kept
         metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
         if cfg.dry_run and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
             discard_run_dir(HydraConfig.get().runtime.output_dir)
@@ -60,15 +67,46 @@ def main(cfg) -> Optional[float]:
         return math.nan
 
 
+def continue_job(cfg, job_dir: str) -> Optional[float]:
+    """A sweep job in a directory an earlier run of the sweep left (runner/rundir/sweep_jobs.py): a finished
+    job is kept (its val_accuracy returned, nothing trained), an interrupted one resumes (cfg.resume set), a
+    failed one runs again; None when the job is to train."""
+    from runner.errors import UserError
+
+    job = sweep_jobs.plan(cfg, job_dir)
+    if job.action == sweep_jobs.REFUSED:
+        raise UserError(f"This sweep job is refused: {job.detail}.")
+    sweep_jobs.prepare(job, job_dir)
+    if job.action == sweep_jobs.KEPT:
+        print(f"Kept: {job_dir} {job.detail}; not run again.", flush=True)
+        return math.nan if job.val_accuracy is None else job.val_accuracy
+    if job.action == sweep_jobs.RESUMED:
+        print(f"Resuming {job_dir}: {job.detail}.", flush=True)
+        cfg.resume = True
+    elif job.action == sweep_jobs.RERUN:
+        print(f"Running {job_dir} again: it {job.detail}.", flush=True)
+    return None
+
+
 def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
     """What refuses a run before Hydra writes .hydra/ and runner.log into its directory: the configuration
-    (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir)."""
+    (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir).
+    A sweep job whose directory an earlier run of the sweep left is decided by continue_job in the job
+    itself (a refused resume is a failed job in the summary); only a job another process runs refuses here."""
     if not in_sweep:
         from runner.config.checks import check_loggers, check_tools, validate
 
         validate(cfg)  # as runner.api.train does first
         check_tools(cfg)
         check_loggers(cfg)
+    else:
+        job = sweep_jobs.plan(cfg, run_dir)
+        if job.action == sweep_jobs.REFUSED and "another process" in job.detail:
+            from runner.errors import UserError
+
+            raise UserError(f"This sweep cannot start: {job.detail}. Wait for it to end, then run the sweep again.")
+        if job.action != sweep_jobs.NEW:
+            return
     check_run_dir(cfg, run_dir, overrides, in_sweep)
 
 

@@ -550,6 +550,7 @@ def _preflight(task, argv, before_run=None) -> None:
         check_launcher(base, multirun)
         if multirun:
             check_sweep_dir(base)
+            check_continuable_sweep(base)
         for cfg, num, in_sweep in configs[1:] if multirun else configs:
             if before_run is not None:
                 _before_run(before_run, cfg, num, in_sweep)
@@ -571,6 +572,14 @@ def check_sweep_dir(cfg) -> None:
             f"hydra.sweep.dir={where} holds files that are not this runner's ({some}, ...), and a sweep writes "
             "multirun.yaml and a directory per job there. Choose a new or empty directory."
         )
+
+
+def check_continuable_sweep(cfg) -> None:
+    """A sweep run again into its directory continues it (runner/rundir/sweep_jobs.py); ConfigError for a
+    sweeper that cannot (Optuna)."""
+    from runner.rundir.sweep_jobs import check_continuable
+
+    check_continuable(cfg)
 
 
 def _before_run(before_run, cfg, num: int, in_sweep: bool) -> None:
