@@ -15,11 +15,11 @@ from hydra.types import RunMode
 from runner.cli.app import entry_point, interrupted, quiet_interrupt
 from runner.config.schema import register
 from runner.errors import Interrupted, print_user_error, user_errors
+from runner.rundir import sweep_jobs
 from runner.rundir.atomic import write_json
 from runner.rundir.claim import check_run_dir
 from runner.rundir.layout import RunDir
 from runner.rundir.lock import check_free
-from runner.rundir import sweep_jobs
 
 register()
 # sweep_jobs registers ${runner_sweep_job:...} (hydra.sweep.subdir) when imported: a joblib worker gets main

@@ -178,7 +178,9 @@ def list_runs(roots: List[str], sort: Optional[str], where: Sequence[str], as_js
     roots = roots or [r for r in DEFAULT_ROOTS if os.path.isdir(r)]
     for root in roots if given else []:
         if not os.path.isdir(root):
-            raise UserError(f"{root}: no such directory. Name directories that hold runs (default: outputs/ multirun/).")
+            raise UserError(
+                f"{root}: no such directory. Name directories that hold runs (default: outputs/ multirun/)."
+            )
     runs = select(status.find_runs(roots), where, sort)
     keys = differing(runs)
     if as_json:
@@ -271,12 +273,12 @@ def _curve_note(a, b) -> Optional[str]:
 def diff(a_dir: str, b_dir: str, as_json: bool) -> int:
     """Print the differences of two runs side by side; 0 same, 1 different (as diff(1))."""
     a, b = _open(a_dir), _open(b_dir)
-    sections = {}
+    sections: Dict[str, List[tuple]] = {}
     ca, cb = _with_defaults(a), _with_defaults(b)
     sections["config"] = [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
     ea, eb = _environment(a), _environment(b)
     sections["environment"] = [(k, ea.get(k), eb.get(k)) for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
-    outcome = []
+    outcome: List[tuple] = []
     for key in OUTCOME:
         va, vb = a.metrics.get(key), b.metrics.get(key)
         if key == "loss_curve":
@@ -482,10 +484,12 @@ def _parsers():
         description="List the run directories under DIR (default: outputs/ and multirun/) as one table: when, "
         "experiment, status (from each run's records and lock), epochs, the monitored metric, throughput, and "
         "the settings that differ between them. Also: runner-runs diff A B; runner-runs replay RUN.",
-        epilog="Shell completion: eval \"$(runner-runs --completion bash)\". See docs/runs.md.",
+        epilog='Shell completion: eval "$(runner-runs --completion bash)". See docs/runs.md.',
     )
     listing.add_argument("dirs", nargs="*", metavar="DIR")
-    listing.add_argument("--sort", metavar="FIELD", help="sort by a field (val_accuracy, optim.lr, ...); -FIELD: descending")
+    listing.add_argument(
+        "--sort", metavar="FIELD", help="sort by a field (val_accuracy, optim.lr, ...); -FIELD: descending"
+    )
     listing.add_argument(
         "--where", metavar="KEY=VALUE", action="append", default=[], help="keep runs where KEY is VALUE (repeatable)"
     )

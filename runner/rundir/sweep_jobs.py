@@ -125,6 +125,7 @@ def plan(cfg, job_dir: str) -> JobPlan:
     if info.status in (status.FAILED, status.HALF_WRITTEN, status.TOO_OLD):
         return JobPlan(RERUN, f"was {info.status}: {info.detail}")
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(new, dict)  # a job's configuration is a mapping
     changes, refused = compare(_with_defaults(info.config), new, set())
     if refused:
         return JobPlan(
@@ -157,7 +158,9 @@ def prepare(job_plan: JobPlan, job_dir: str) -> None:
             os.makedirs(target)
             for name in moving:
                 shutil.move(os.path.join(job_dir, name), os.path.join(target, name))
-    write_json(os.path.join(job_dir, JOB_RECORD), {"action": job_plan.action, "detail": job_plan.detail, "at": time.time()})
+    write_json(
+        os.path.join(job_dir, JOB_RECORD), {"action": job_plan.action, "detail": job_plan.detail, "at": time.time()}
+    )
 
 
 def recorded_plan(job_dir: str, since: Optional[float]) -> Optional[dict]:
