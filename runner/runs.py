@@ -172,16 +172,23 @@ def record(info: RunInfo, keys: List[str]) -> dict:
     }
 
 
-def list_runs(roots: List[str], sort: Optional[str], where: Sequence[str], as_json: bool) -> int:
-    """Print the table (or JSON) of the runs under roots; 0."""
-    given = bool(roots)
-    roots = roots or [r for r in DEFAULT_ROOTS if os.path.isdir(r)]
-    for root in roots if given else []:
+def runs_under(*roots: str, where: Sequence[str] = (), sort: Optional[str] = None) -> List[RunInfo]:
+    """The runs under roots (default: outputs/ and multirun/ where they exist), as `runner-runs` lists them:
+    --where conditions ("KEY=VALUE") and --sort field ("-FIELD" descending). UserError for a missing root or
+    a field no run has."""
+    for root in roots:
         if not os.path.isdir(root):
             raise UserError(
                 f"{root}: no such directory. Name directories that hold runs (default: outputs/ multirun/)."
             )
-    runs = select(status.find_runs(roots), where, sort)
+    chosen = list(roots) or [r for r in DEFAULT_ROOTS if os.path.isdir(r)]
+    return select(status.find_runs(chosen), where, sort)
+
+
+def list_runs(roots: List[str], sort: Optional[str], where: Sequence[str], as_json: bool) -> int:
+    """Print the table (or JSON) of the runs under roots; 0."""
+    runs = runs_under(*roots, where=where, sort=sort)
+    roots = roots or [r for r in DEFAULT_ROOTS if os.path.isdir(r)]
     keys = differing(runs)
     if as_json:
         print(json.dumps([record(r, keys) for r in runs], indent=2, default=str))
@@ -270,8 +277,10 @@ def _curve_note(a, b) -> Optional[str]:
     return f"{len(a)} vs {len(b)} steps, first difference at step {first + 1}"
 
 
-def diff(a_dir: str, b_dir: str, as_json: bool) -> int:
-    """Print the differences of two runs side by side; 0 same, 1 different (as diff(1))."""
+def diff_runs(a_dir: str, b_dir: str) -> dict:
+    """Two runs' differences: {"a", "b" (paths), "config", "environment", "metrics", "speed": [{"key", "a",
+    "b"}], "differ": whether config, environment or metrics differ (speed never counts)}. UserError when a
+    directory is not a run of this runner."""
     a, b = _open(a_dir), _open(b_dir)
     sections: Dict[str, List[tuple]] = {}
     ca, cb = _with_defaults(a), _with_defaults(b)
@@ -289,34 +298,42 @@ def diff(a_dir: str, b_dir: str, as_json: bool) -> int:
             outcome.append((key, va, vb))
     sections["metrics"] = outcome
     fa, fb = flat(a.metrics), flat(b.metrics)
-    speed = [(k, fa.get(k), fb.get(k)) for k in SPEED if fa.get(k) is not None or fb.get(k) is not None]
+    sections["speed"] = [(k, fa.get(k), fb.get(k)) for k in SPEED if fa.get(k) is not None or fb.get(k) is not None]
     differs = any(sections[s] for s in ("config", "environment", "metrics"))
+    rows = {s: [{"key": k, "a": x, "b": y} for k, x, y in found] for s, found in sections.items()}
+    return {"a": a.path, "b": b.path, "a_status": a.status, "b_status": b.status, "differ": differs, **rows}
+
+
+def diff(a_dir: str, b_dir: str, as_json: bool) -> int:
+    """Print the differences of two runs side by side; 0 same, 1 different (as diff(1))."""
+    report = diff_runs(a_dir, b_dir)
+    differs = report["differ"]
     if as_json:
-        out = {s: [{"key": k, "a": x, "b": y} for k, x, y in rows] for s, rows in sections.items()}
-        out["speed"] = [{"key": k, "a": x, "b": y} for k, x, y in speed]
-        print(json.dumps({"a": a.path, "b": b.path, "differ": differs, **out}, indent=2, default=str))
+        print(json.dumps(report, indent=2, default=str))
         return 1 if differs else 0
     from rich.table import Table
 
     console = _console()
-    console.print(f"A: {a.path} ({a.status})\nB: {b.path} ({b.status})")
-    for name, rows in sections.items():
+    console.print(f"A: {report['a']} ({report['a_status']})\nB: {report['b']} ({report['b_status']})")
+    for name in ("config", "environment", "metrics"):
+        rows = report[name]
         if not rows:
             console.print(f"{name}: same")
             continue
         table = Table(title=f"{name}: {len(rows)} difference(s)", title_justify="left")
         for head in ("key", "A", "B"):
             table.add_column(head, overflow="fold")
-        for key, x, y in rows:
-            table.add_row(key, _fmt(x, 6), _fmt(y, 6))
+        for row in rows:
+            table.add_row(row["key"], _fmt(row["a"], 6), _fmt(row["b"], 6))
         console.print(table)
-    if speed:
+    if report["speed"]:
         table = Table(title="speed (shown, not compared: timings differ between any two runs)", title_justify="left")
         for head in ("key", "A", "B", "B/A"):
             table.add_column(head)
-        for key, x, y in speed:
+        for row in report["speed"]:
+            x, y = row["a"], row["b"]
             ratio = f"x{y / x:.2f}" if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x else "-"
-            table.add_row(key, _fmt(x), _fmt(y), ratio)
+            table.add_row(row["key"], _fmt(x), _fmt(y), ratio)
         console.print(table)
     console.print("The runs differ." if differs else "The runs are the same (config, environment, metrics).")
     return 1 if differs else 0
@@ -391,7 +408,7 @@ def resume_from(out: str, entry: dict) -> tuple:
     return "true", f"the run resumed at step {step}, whose checkpoint the replay did not keep (it resumes at {end}): "
 
 
-def compare_runs(original: dict, replayed: dict, atol: float) -> List[str]:
+def replay_differences(original: dict, replayed: dict, atol: float) -> List[str]:
     """What differs between two metrics.json beyond atol: the loss curve, val_accuracy, val_loss, steps."""
     problems = []
     a, b = original.get("loss_curve") or [], replayed.get("loss_curve") or []
@@ -411,7 +428,7 @@ def compare_runs(original: dict, replayed: dict, atol: float) -> List[str]:
     return problems
 
 
-def replay(run_dir: str, out: Optional[str], atol: float) -> int:
+def replay_run(run_dir: str, out: Optional[str] = None, atol: float = 1e-6) -> int:
     """Re-run the run's config.yaml, then each recorded resume in order, into out; compare the result.
     0 when it reproduces the run's loss curve and metrics within atol, 1 when not, the leg's exit status
     when a leg fails."""
@@ -445,7 +462,7 @@ def replay(run_dir: str, out: Optional[str], atol: float) -> int:
     except (OSError, ValueError) as e:
         print(f"replay: {out} has no readable metrics.json ({e}).", flush=True)
         return 1
-    problems = compare_runs(info.metrics, replayed, atol)
+    problems = replay_differences(info.metrics, replayed, atol)
     if problems:
         print(f"replay: {out} differs from {run_dir}: {'; '.join(problems)}.", flush=True)
         return 1
@@ -529,7 +546,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return diff(args.a, args.b, args.json)
         if argv and argv[0] == "replay":
             args = replayer.parse_args(argv[1:])
-            return replay(args.run, args.out, args.atol)
+            return replay_run(args.run, args.out, args.atol)
         args = listing.parse_args(argv)
         if args.completion:
             print(COMPLETION, end="")

@@ -93,6 +93,12 @@ def test_the_table_the_json_sort_and_where(zoo, capsys):
     assert rows[1]["val_accuracy"] == metrics(zoo / "finished")["val_accuracy"]
     code, out, _ = _runs(capsys, zoo, "--json", "--where", "optim.lr=0.50")
     assert [r["path"].split("/")[-1] for r in json.loads(out)] == ["other_lr"]  # compared as numbers
+    # The same from the Python API.
+    import runner
+
+    found = runner.runs_under(str(zoo), where=["status=finished"], sort="optim.lr")
+    assert [r.path.split("/")[-1] for r in found] == ["finished", "other_lr"]
+    assert runner.diff_runs(str(zoo / "finished"), str(zoo / "other_lr"))["differ"]
 
 
 @pytest.mark.parametrize(

@@ -48,10 +48,11 @@ def test_a_job_is_found_by_its_configuration_not_its_number(tmp_path):
 
 def test_an_optuna_sweep_is_not_continued(tmp_path):
     _job(tmp_path, "0", {"seed": 0})
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")  # an earlier sweep's record
     proc = cli_in_process("-m", f"hydra.sweep.dir={tmp_path}", "hydra/sweeper=optuna_accuracy", "dry_run=true")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "Optuna sweep cannot continue" in proc.stderr and "new hydra.sweep.dir" in proc.stderr
-    assert sorted(os.listdir(tmp_path)) == ["0"]  # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["0", "multirun.yaml"]  # nothing written
 
 
 def _kill_during_second_job(sweep, args):

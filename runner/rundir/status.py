@@ -105,15 +105,13 @@ def _other_command(directory: str) -> bool:
     path = os.path.join(directory, HYDRA_RECORD, "hydra.yaml")
     if os.path.exists(os.path.join(directory, layout.CONFIG)) or not os.path.isfile(path):
         return False
-    try:
-        import yaml
+    import yaml
 
+    try:
         with open(path) as f:
             name = ((yaml.safe_load(f) or {}).get("hydra") or {}).get("job", {}).get("name")
-    except (OSError, ValueError, AttributeError, ImportError):
-        return False
-    except Exception:  # yaml.YAMLError: an unreadable record is the run's own problem, listed as such
-        return False
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return False  # an unreadable record: listed as the run's own problem, not skipped
     return isinstance(name, str) and name != "runner"
 
 
