@@ -74,7 +74,7 @@ def continue_job(cfg, job_dir: str) -> Optional[float]:
     from runner.errors import UserError
 
     job = sweep_jobs.plan(cfg, job_dir)
-    if job.action == sweep_jobs.REFUSED:
+    if job.action in (sweep_jobs.REFUSED, sweep_jobs.BUSY):
         raise UserError(f"This sweep job is refused: {job.detail}.")
     sweep_jobs.prepare(job, job_dir)
     if job.action == sweep_jobs.KEPT:
@@ -92,7 +92,7 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
     """What refuses a run before Hydra writes .hydra/ and runner.log into its directory: the configuration
     (a sweep's jobs fail one by one instead, recorded in its summary) and the directory (claim.check_run_dir).
     A sweep job whose directory an earlier run of the sweep left is decided by continue_job in the job
-    itself (a refused resume is a failed job in the summary); only a job another process runs refuses here."""
+    itself (a refused resume is a failed job in the summary); a job another process runs refuses the sweep."""
     if not in_sweep:
         from runner.config.checks import check_loggers, check_tools, validate
 
@@ -101,12 +101,12 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
         check_loggers(cfg)
     else:
         job = sweep_jobs.plan(cfg, run_dir)
-        if job.action == sweep_jobs.REFUSED and "another process" in job.detail:
+        if job.action == sweep_jobs.BUSY:
             from runner.errors import UserError
 
             raise UserError(f"This sweep cannot start: {job.detail}. Wait for it to end, then run the sweep again.")
-        if job.action != sweep_jobs.NEW:
-            return
+        if job.action in (sweep_jobs.KEPT, sweep_jobs.RESUMED, sweep_jobs.RERUN):
+            return  # decided in the job; a foreign or other run's directory is refused below
     check_run_dir(cfg, run_dir, overrides, in_sweep)
 
 

@@ -273,33 +273,40 @@ def too_old(config: dict) -> Optional[str]:
 def find_runs(roots: Iterable[str]) -> List[RunInfo]:
     """Every run directory under roots (a root may be a run itself), each read once, in path order.
 
-    A directory that holds files, no folders and no run record is listed as foreign; other folders are
-    walked into, up to DEPTH levels."""
+    Folders are walked into, up to DEPTH levels. A folder of files and no run record is listed as foreign
+    where a run would be: a root itself, or beside runs (in a sweep, or among other runs); elsewhere (docs/
+    in a checkout) it is not a run's place and is left out."""
     found: dict = {}
     for root in roots:
-        _walk(os.path.abspath(root), 0, found)
+        root = os.path.abspath(root)
+        if _walk(root, 0, found) == "foreign":
+            found[root] = read_run(root)
     return [found[p] for p in sorted(found)]
 
 
-def _walk(directory: str, depth: int, found: dict) -> None:
+def _walk(directory: str, depth: int, found: dict) -> str:
+    """Add the runs under directory to found; "run", "foreign" (a leaf of files, no run), or "" (neither)."""
     if directory in found or depth > DEPTH or not os.path.isdir(directory):
-        return
+        return ""
     if is_candidate(directory):
-        if not _other_command(directory):
-            found[directory] = read_run(directory)
-        return
+        if _other_command(directory):
+            return ""
+        found[directory] = read_run(directory)
+        return "run"
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
-        return
+        return ""
     sweep = os.path.exists(os.path.join(directory, SWEEP_RECORD))
     subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
     files = [e.name for e in entries if e.is_file() and not e.name.startswith(".")]
     if files and not subdirs and not sweep:
-        found[directory] = read_run(directory)  # files where a run would be, none of them a run's: foreign
-        return
-    for sub in subdirs:
-        _walk(sub, depth + 1, found)
+        return "foreign"
+    kinds = {sub: _walk(sub, depth + 1, found) for sub in subdirs}
+    if sweep or "run" in kinds.values():
+        for sub in (s for s, kind in kinds.items() if kind == "foreign"):
+            found[sub] = read_run(sub)
+    return ""
 
 
 def when(info: RunInfo) -> str:

@@ -36,6 +36,7 @@ HYDRA_CONFIG = os.path.join(".hydra", "config.yaml")
 STAYS = {".hydra", "runner.log", LOCK_FILE, ATTEMPTS, JOB_RECORD}
 
 NEW, KEPT, RESUMED, RERUN, REFUSED = "new", "kept", "resumed", "rerun", "refused"
+BUSY = "busy"  # another process runs the job now
 
 
 def identity(task_cfg) -> dict:
@@ -100,7 +101,7 @@ register()
 
 @dataclass
 class JobPlan:
-    """What a sweep job does with what its directory holds: NEW, KEPT, RESUMED, RERUN or REFUSED, and why."""
+    """What a sweep job does with what its directory holds: NEW, KEPT, RESUMED, RERUN, REFUSED or BUSY, and why."""
 
     action: str
     detail: str = ""
@@ -117,7 +118,7 @@ def plan(cfg, job_dir: str) -> JobPlan:
         return JobPlan(NEW)
     info = status.read_run(job_dir)
     if info.status == status.RUNNING:
-        return JobPlan(REFUSED, f"another process is running this job in {job_dir} ({info.detail})")
+        return JobPlan(BUSY, f"another process is running this job in {job_dir} ({info.detail})")
     if info.status == status.FOREIGN and os.listdir(job_dir):
         return JobPlan(REFUSED, f"{job_dir} holds files that are not a run of this runner")
     if info.status in (status.FOREIGN, status.HALF_WRITTEN) and not os.path.exists(layout.RunDir(job_dir).failed):
