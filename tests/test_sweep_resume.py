@@ -85,7 +85,7 @@ def test_a_killed_sweep_run_again_ends_as_an_uninterrupted_one(tmp_path):
     a, b = _summary(whole), _summary(cut)
     assert [b[k]["reused"] for k in ("seed=0", "seed=1")] == ["kept", "resumed"]
     for key in ("seed=0", "seed=1"):
-        assert b[key]["status"] == "ok" and b[key]["accuracy"] == a[key]["accuracy"]
+        assert b[key]["status"] == "ok" and b[key]["val_accuracy"] == a[key]["val_accuracy"]
         assert (
             metrics(cut / a[key]["dir"].split("/")[-1])["loss_curve"]
             == metrics(whole / a[key]["dir"].split("/")[-1])["loss_curve"]
