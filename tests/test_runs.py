@@ -80,6 +80,7 @@ def test_each_status_is_read_from_the_runs_records(zoo):
     assert status.read_run(str(zoo / "killed")).status == "interrupted"
 
 
+@pytest.mark.slow  # 13 s here: nine run directories read through the schema, several times
 def test_the_table_the_json_sort_and_where(zoo, capsys):
     code, out, _ = _runs(capsys, zoo)
     assert code == 0
