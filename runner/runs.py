@@ -255,7 +255,7 @@ def _open(run_dir: str) -> RunInfo:
 
 def _environment(info: RunInfo) -> dict:
     picked = {k: info.metrics[k] for k in ENVIRONMENT if k in info.metrics}
-    env = {k: v for k, v in flat(picked).items() if not k.startswith("conv.reason")}
+    env = dict(flat(picked))  # conv.reason names the CPU feature the convolution path was chosen by
     paths = (info.metrics.get("flops") or {}).get("conv_paths")
     if isinstance(paths, dict):
         env["conv paths"] = ", ".join(f"{p}: {d.get('layers')} layers" for p, d in sorted(paths.items()))
