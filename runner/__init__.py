@@ -4,6 +4,7 @@
     cfg = runner.compose("epochs=1")
     metrics = runner.train(cfg, "outputs/notebook")        # RunMetrics, as metrics.json
     scores = runner.evaluate_run("outputs/notebook")       # EvalMetrics
+    runs = runner.runs_under("outputs", where=["status=finished"], sort="-val_accuracy")  # [RunInfo]
 
 The commands are modules (runner.evaluate, runner.predict, runner.export), so the functions that act on
 a finished run are named evaluate_run, predict_run and export_run: a package attribute cannot be both.
@@ -18,6 +19,10 @@ __all__ = [
     "evaluate_run",
     "predict_run",
     "export_run",
+    "runs_under",
+    "diff_runs",
+    "replay_run",
+    "RunInfo",
     "RunMetrics",
     "EvalMetrics",
     "UserError",
@@ -31,6 +36,10 @@ _HOMES = {
     "evaluate_run": "runner.api",
     "predict_run": "runner.api",
     "export_run": "runner.api",
+    "runs_under": "runner.runs",
+    "diff_runs": "runner.runs",
+    "replay_run": "runner.runs",
+    "RunInfo": "runner.rundir.status",
     "RunMetrics": "runner.report.metrics",
     "EvalMetrics": "runner.evaluate",
     "UserError": "runner.errors",

@@ -91,7 +91,7 @@ def test_extending_a_finished_run_continues_every_record(finished, tmp_path):
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert saved["epochs"] == 2 and saved["resume"] is None
     history = json.loads((run_dir / "history.json").read_text())
-    assert history == [{"from": str(run_dir), "changes": {"epochs": [2, 3]}}]
+    assert history == [{"from": str(run_dir), "changes": {"epochs": [2, 3]}, "step": 88}]  # resumed at step 88
     from runner.rundir.saved_run import load_config
 
     assert load_config(str(run_dir)).epochs == 3  # what evaluate/predict/export rebuild: the run as it is now

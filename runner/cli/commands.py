@@ -7,14 +7,16 @@ command line; here a user's mistake becomes one paragraph and exit status 2.
 """
 
 import argparse
+import os
 import sys
 from typing import Any, Callable, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 
 from runner import configs as configs_module
+from runner import runs as runs_module
 from runner.cli.app import entry_point
-from runner.errors import ConfigError, print_user_error
+from runner.errors import ConfigError, UserError, print_user_error
 from runner.evaluate import evaluate as evaluate_run
 from runner.export import export as export_run
 from runner.predict import predict as predict_run
@@ -72,3 +74,94 @@ def configs_main(argv: Optional[List[str]] = None) -> int:
 def configs() -> None:
     """Console entry point of runner-configs."""
     sys.exit(configs_main())
+
+
+RUNS_COMPLETION = """# bash completion for runner-runs: eval "$(runner-runs --completion bash)"
+_runner_runs() {
+    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
+    case "$prev" in
+        --sort|--where) return 0 ;;
+    esac
+    if [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "--sort --where --json --out --atol --help" -- "$cur"))
+    elif [[ $COMP_CWORD -eq 1 ]]; then
+        COMPREPLY=($(compgen -W "diff replay" -- "$cur") $(compgen -d -- "$cur"))
+    else
+        COMPREPLY=($(compgen -d -- "$cur"))
+    fi
+}
+complete -o filenames -F _runner_runs runner-runs
+"""
+
+
+def _runs_parsers() -> "tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]":
+    listing = argparse.ArgumentParser(
+        prog="runner-runs",
+        description="List the run directories under DIR (default: outputs/ and multirun/) as one table: when, "
+        "experiment, status (from each run's records and lock), epochs, the monitored metric, throughput, and "
+        "the settings that differ between them. Also: runner-runs diff A B; runner-runs replay RUN.",
+        epilog='Shell completion: eval "$(runner-runs --completion bash)". See docs/runs.md.',
+    )
+    listing.add_argument("dirs", nargs="*", metavar="DIR")
+    listing.add_argument(
+        "--sort", metavar="FIELD", help="sort by a field (val_accuracy, optim.lr, ...); -FIELD: descending"
+    )
+    listing.add_argument(
+        "--where", metavar="KEY=VALUE", action="append", default=[], help="keep runs where KEY is VALUE (repeatable)"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
+    listing.add_argument("--completion", choices=["bash"], help="print the shell completion script")
+    differ = argparse.ArgumentParser(
+        prog="runner-runs diff",
+        description="Compare two runs: configuration (with defaults), environment, metrics and speed, side by "
+        "side. Exit status: 0 the same, 1 different (speed is shown, not compared), 2 a mistake.",
+    )
+    differ.add_argument("a", metavar="A")
+    differ.add_argument("b", metavar="B")
+    differ.add_argument("--json", action="store_true")
+    replayer = argparse.ArgumentParser(
+        prog="runner-runs replay",
+        description="Reproduce a run as it is now: its config.yaml, then every resume history.json records, in "
+        "order, into a new directory; then compare the loss curve and metrics with the run's own.",
+    )
+    replayer.add_argument("run", metavar="RUN")
+    replayer.add_argument("--out", metavar="DIR", help="where (default: RUN/replay-<time>)")
+    replayer.add_argument(
+        "--atol",
+        type=float,
+        default=1e-6,
+        help="tolerance on losses and metrics (default 1e-6; resuming at an epoch boundary is bit-identical)",
+    )
+    return listing, differ, replayer
+
+
+def runs_main(argv: Optional[List[str]] = None) -> int:
+    """Run the command on argv; the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    listing, differ, replayer = _runs_parsers()
+    try:
+        if argv and argv[0] == "diff":
+            args = differ.parse_args(argv[1:])
+            return runs_module.diff(args.a, args.b, args.json)
+        if argv and argv[0] == "replay":
+            args = replayer.parse_args(argv[1:])
+            return runs_module.replay_run(args.run, args.out, args.atol)
+        args = listing.parse_args(argv)
+        if args.completion:
+            print(RUNS_COMPLETION, end="")
+            return 0
+        return runs_module.list_runs(args.dirs, args.sort, args.where, args.json)
+    except UserError as e:
+        print_user_error(e)
+        return 2
+    except KeyboardInterrupt:
+        print("Interrupted by SIGINT.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def runs() -> None:
+    """Console entry point of runner-runs."""
+    sys.exit(runs_main())

@@ -771,6 +771,7 @@ def _preflight(app, argv) -> None:
         check_launcher(base, multirun)
         if multirun:
             check_sweep_dir(base)
+            check_continuable_sweep(base)
         if app.before_run is not None:
             # A sweep whose jobs were not composed one by one (their checked values cannot differ, and its
             # directory is new) gets its own config checked once; a value only a job sets is the job's to refuse.
@@ -793,6 +794,14 @@ def check_sweep_dir(cfg) -> None:
             f"hydra.sweep.dir={where} holds files that are not this runner's ({some}, ...), and a sweep writes "
             "multirun.yaml and a directory per job there. Choose a new or empty directory."
         )
+
+
+def check_continuable_sweep(cfg) -> None:
+    """A sweep run again into its directory continues it (runner/rundir/sweep_jobs.py); ConfigError for a
+    sweeper that cannot (Optuna)."""
+    from runner.rundir.sweep_jobs import check_continuable
+
+    check_continuable(cfg)
 
 
 def _before_run(before_run, cfg, num: int, in_sweep: bool) -> None:

@@ -4,6 +4,7 @@ import csv
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -63,6 +64,10 @@ class JobRow:
     config: dict = field(default_factory=dict)  # flattened, without the keys that only name the job
     label: str = ""  # the overrides that tell this job apart
     speedup: Optional[float] = None  # throughput against the first job
+    # What this sweep did with the job (runner/rundir/sweep_jobs.py): "new" (ran), "kept" (finished earlier,
+    # not run again), "resumed", "rerun" (failed earlier, ran again), "earlier" (a job of an earlier run of
+    # the sweep that this command does not have), "" (not known: collect() without `since`).
+    reused: str = ""
 
     def value(self, key: str):
         """A table column: the speedup, achieved GFLOP/s, or a RunMetrics attribute."""
@@ -86,12 +91,19 @@ def failed_jobs() -> list:
 class SweepSummary(Callback):
     """Collects each job's metrics.json or failed.json when the multirun ends."""
 
+    started: Optional[float] = None
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        # A sweep run again into its directory continues it: the jobs of this run are those Hydra wrote
+        # its record for from now on (runner/rundir/sweep_jobs.py).
+        self.started = time.time()
+
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        rows = collect(sweep_dir)
+        rows = collect(sweep_dir, self.started)
         if not rows:
             return
-        _failed.extend(r for r in rows if r.status == "failed")
+        _failed.extend(r for r in rows if r.status == "failed" and r.reused != "earlier")
         notes = summarize(rows, sweep_dir, str(config.experiment_name))
         print(markdown(rows, notes), flush=True)
         print(f"Sweep summary: {sweep_dir / 'summary.md'} (and summary.csv, summary.png there).", flush=True)
@@ -107,13 +119,27 @@ class SweepSummary(Callback):
             )
 
 
-def collect(sweep_dir: Path) -> list:
-    """One JobRow per job directory, in job order, with the overrides that tell the jobs apart."""
+def collect(sweep_dir: Path, since: Optional[float] = None) -> list:
+    """One JobRow per job directory, in job order, with the overrides that tell the jobs apart.
+
+    since: when this run of the sweep started; each row then says what it did with the job (JobRow.reused),
+    and a job of an earlier run that this one does not have is listed by its directory name."""
+    from runner.rundir.sweep_jobs import recorded_plan
+
     rows = []
     for job_dir in sweep_dir.iterdir():
         if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / FAILED).exists()):
             continue
-        rows.append(_row(job_dir))
+        row = _row(job_dir)
+        if since is not None:
+            record = recorded_plan(str(job_dir), since)
+            if record is not None:
+                row.reused = str(record.get("action", ""))
+            elif _ran_since(job_dir, since):
+                row.reused = "new"  # failed before the job could record its plan (a process that died)
+            else:
+                row.reused, row.job = "earlier", job_dir.name
+        rows.append(row)
     rows.sort(key=lambda r: (r.job if isinstance(r.job, int) else math.inf, r.dir))
     varying = _varying_overrides([r.overrides for r in rows])
     for r in rows:
@@ -125,6 +151,13 @@ def collect(sweep_dir: Path) -> list:
         thr = r.value("throughput_samples_per_s")
         r.speedup = thr / base if base and thr else None
     return rows
+
+
+def _ran_since(job_dir: Path, since: float) -> bool:
+    try:
+        return (job_dir / ".hydra" / "hydra.yaml").stat().st_mtime >= since
+    except OSError:
+        return False
 
 
 def _row(job_dir: Path) -> JobRow:
@@ -168,7 +201,7 @@ def summarize(rows: list, sweep_dir: Path, title: str) -> list:
     ok = sum(r.status == "ok" for r in rows)
     for n, jobs in jobs_of.items():
         notes.append(f"{'all jobs' if len(jobs) == ok > 1 else ', '.join(jobs)}: {n}")
-    fields = ["job", "label", "status", *[c[0] for c in COLUMNS], "error", "overrides", "dir"]
+    fields = ["job", "label", "status", "reused", *[c[0] for c in COLUMNS], "error", "overrides", "dir"]
     with open(sweep_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
@@ -179,6 +212,7 @@ def summarize(rows: list, sweep_dir: Path, title: str) -> list:
                     "job": r.job,
                     "label": r.label,
                     "status": r.status,
+                    "reused": r.reused,
                     **cells,
                     "error": r.error,
                     "overrides": " ".join(r.overrides),
@@ -195,10 +229,14 @@ def summarize(rows: list, sweep_dir: Path, title: str) -> list:
 def markdown(rows: list, notes: list) -> str:
     """The summary table (speedup against the first job, when a speed setting differs) and the advice notes."""
     columns = [c for c in COLUMNS if c[0] != "speedup" or any(r.speedup is not None for r in rows)]
-    head = ["job", "overrides", "status", *[c[1] for c in columns]]
+    # The column appears once a sweep was run again into its directory: which jobs ran now and which not.
+    continued = any(r.reused not in ("", "new") for r in rows)
+    head = ["job", "overrides", "status", *(["this run"] if continued else []), *[c[1] for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"#{r.job}", r.label, f"{r.status}: {r.error}" if r.error else r.status]
+        if continued:
+            cells.append(REUSED.get(r.reused, r.reused or "-"))
         for key, _, fmt in columns:
             v = r.value(key)
             cells.append(fmt.format(v) if v is not None and r.status == "ok" else "-")
@@ -207,6 +245,15 @@ def markdown(rows: list, notes: list) -> str:
     if notes:
         lines += ["", "Notes from the measurements:", *[f"- {n}" for n in notes]]
     return "\n".join(lines)
+
+
+REUSED = {
+    "new": "ran",
+    "kept": "kept (finished earlier)",
+    "resumed": "resumed",
+    "rerun": "ran again (failed earlier)",
+    "earlier": "not in this command",
+}
 
 
 def _varying_overrides(lists: list) -> set:

@@ -46,7 +46,8 @@ CHANGEABLE = (
 EXPLICIT_ONLY = ("optim.lr",)  # may change only when given on the command line
 # init_from: a resume loads every weight from its checkpoint, so the starting weights no longer matter.
 IGNORED = ("resume", "dry_run", "plan", "hydra", "defaults", "init_from")
-# history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes"} each). config.yaml
+# history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes", "step"} each; "step", the
+# global step resumed from, since runner-runs replay: absent in earlier runs). config.yaml
 # stays the configuration the run started with, so re-running it gives the same result whatever happened
 # since; the run's current settings are config.yaml with these changes applied (current()).
 
@@ -195,9 +196,28 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: 
 
             os.makedirs(run_dir, exist_ok=True)
             shutil.copyfile(path, layout.RunDir(run_dir).config)
-        write_json(layout.RunDir(run_dir).history, history + [{"from": source_dir, "changes": changes}])
+        entry = {"from": source_dir, "changes": changes, "step": resume_step(cfg.resume, source_dir)}
+        write_json(layout.RunDir(run_dir).history, history + [entry])
         write_json(layout.RunDir(run_dir).resume_record, {"from": source_dir, "changes": changes})
     return changes
+
+
+def resume_step(resume, source_dir: str) -> Optional[int]:
+    """The global step a resume continues from, as the checkpoint's name or latest.json records it (None: not
+    known). history.json keeps it, so a replay (runner-runs replay) can tell a resume at a leg's end from one
+    mid-leg."""
+    import re
+
+    path = os.path.abspath(str(resume))
+    named = re.fullmatch(r"step_(\d+)\.ckpt", os.path.basename(path)) if os.path.isfile(path) else None
+    if named:
+        return int(named.group(1))
+    ckpt_dir = layout.RunDir(source_dir).checkpoints
+    try:
+        return int(layout.read_state(ckpt_dir)["global_step"])
+    except layout.StateProblem:
+        steps = layout.step_files(ckpt_dir)
+        return int(steps[0][len("step_") : -len(".ckpt")]) if steps else None
 
 
 def _history(run_dir: str) -> list:

@@ -1,0 +1,314 @@
+"""What state a run directory is in, read from the run's own records and its lock (never MindSpore).
+
+The status of a directory, from what the run itself wrote as it went:
+
+- running: a live process holds the directory's lock (runner/rundir/lock.py; the kernel drops it when the
+  process dies in any way, so a held lock is a live run);
+- finished: `.runner.complete` (written last, after metrics.json and model.ckpt);
+- failed: `failed.json` (a sweep job's error), or a `metrics.json` without the completion marker (a
+  run stopped by its NaN guard writes its numbers, then fails);
+- interrupted: the run started (config.yaml) and ended without any of those: a signal (its checkpoint
+  was saved, `failed.json` says "Interrupted" in a sweep) or a kill (SIGKILL, OOM, a lost node);
+  `resumable` says whether it left a checkpoint to continue from;
+- half-written: Hydra's record (.hydra/) or the lock file, and no config.yaml: the run stopped before it
+  wrote its configuration, or a file it needs is unreadable;
+- too old: a run of an earlier version whose records this version cannot read (its config.yaml names
+  settings this version no longer has);
+- foreign: files and none of this runner's.
+
+`find_runs` walks directories for them: a sweep directory (multirun.yaml) is looked into, a run directory
+is not (its evaluate-*/ outputs are not runs).
+"""
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional
+
+from runner.rundir import layout
+from runner.rundir.lock import LOCK_FILE
+
+FINISHED, FAILED, INTERRUPTED, RUNNING = "finished", "failed", "interrupted", "running"
+HALF_WRITTEN, TOO_OLD, FOREIGN = "half-written", "too old", "foreign"
+STATUSES = (FINISHED, FAILED, INTERRUPTED, RUNNING, HALF_WRITTEN, TOO_OLD, FOREIGN)
+HYDRA_RECORD = ".hydra"
+SWEEP_RECORD = "multirun.yaml"
+DEPTH = 6  # outputs/multirun/<date>/<time>/<job>: deeper than any layout the runner writes
+
+
+@dataclass
+class RunInfo:
+    """One directory as `runner-runs` lists it. config: the run's configuration now (config.yaml with its
+    resumes applied, runner/rundir/resume_check.py), {} when unreadable; metrics: metrics.json, {} if none."""
+
+    path: str
+    status: str
+    detail: str = ""  # one line: why this status (the error, the step it stopped at, what is missing)
+    started: Optional[float] = None  # when the run started: its config.yaml's (or the directory's) mtime
+    experiment: str = ""
+    epochs_done: Optional[float] = None
+    epochs: Optional[int] = None  # what the run was asked for
+    steps: Optional[int] = None
+    resumable: bool = False  # a checkpoint to continue from
+    config: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)
+    monitor: Optional[str] = None  # the metric the run's best checkpoint is chosen by
+    monitor_value: Optional[float] = None
+    resumes: int = 0  # entries in history.json
+
+    @property
+    def throughput(self) -> Optional[float]:
+        """Steady-state samples per second (metrics.json), None before the run measured it."""
+        value = self.metrics.get("throughput_samples_per_s")
+        return float(value) if isinstance(value, (int, float)) and value else None
+
+
+def locked(run_dir: str) -> bool:
+    """Whether a live process holds run_dir's lock. Asks for a shared lock on a read-only descriptor and
+    drops it at once: nothing is written, and a lock only a dead process had is never held."""
+    path = os.path.join(run_dir, LOCK_FILE)
+    try:
+        f = open(path)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        f.close()  # closing releases the shared lock if it was granted
+    return False
+
+
+def _json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _one_line(text, limit: int = 160) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def is_candidate(directory: str) -> bool:
+    """Whether directory holds any record a training run writes (so it is listed as a run, not walked into)."""
+    names = (layout.CONFIG, layout.METRICS, layout.COMPLETE, layout.FAILED, LOCK_FILE, HYDRA_RECORD)
+    return any(os.path.exists(os.path.join(directory, n)) for n in names)
+
+
+def _other_command(directory: str) -> bool:
+    """An evaluate/predict/export output directory (Hydra's record of another job name), not a training run."""
+    path = os.path.join(directory, HYDRA_RECORD, "hydra.yaml")
+    if os.path.exists(os.path.join(directory, layout.CONFIG)) or not os.path.isfile(path):
+        return False
+    import yaml
+
+    try:
+        with open(path) as f:
+            name = ((yaml.safe_load(f) or {}).get("hydra") or {}).get("job", {}).get("name")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return False  # an unreadable record: listed as the run's own problem, not skipped
+    return isinstance(name, str) and name != "runner"
+
+
+def read_run(run_dir: str) -> RunInfo:
+    """The status of run_dir and what its records say; never raises for what is in the directory."""
+    run_dir = os.path.abspath(run_dir)
+    rd = layout.RunDir(run_dir)
+    info = RunInfo(run_dir, FOREIGN)
+    try:
+        info.started = os.path.getmtime(rd.config if os.path.exists(rd.config) else run_dir)
+    except OSError:
+        pass
+    if not is_candidate(run_dir):
+        some = sorted(os.listdir(run_dir))[:3] if os.path.isdir(run_dir) else []
+        info.detail = f"no run of this runner ({', '.join(some) or 'empty'})"
+        return info
+    problem = _read_records(info, rd)
+    running = locked(run_dir)
+    complete = _complete(rd)
+    if running:
+        info.status = RUNNING
+        info.detail = _holder(run_dir)
+    elif problem and problem[0] == TOO_OLD:
+        info.status, info.detail = problem
+    elif not os.path.exists(rd.config):
+        info.status = HALF_WRITTEN
+        info.detail = (
+            f"no {layout.CONFIG}: the run stopped before it wrote its configuration"
+            if not os.path.exists(rd.failed)
+            else f"failed before it started: {_failure(rd)[1]}"
+        )
+        if os.path.exists(rd.failed) and _failure(rd)[0] != "Interrupted":
+            info.status = FAILED
+    elif problem:
+        info.status, info.detail = problem
+    elif complete is not None:
+        info.status = FINISHED
+        info.detail = f"{complete.get('steps', '?')} steps"
+    elif os.path.exists(rd.failed):
+        kind, message = _failure(rd)
+        info.status = INTERRUPTED if kind == "Interrupted" else FAILED
+        info.detail = message
+    elif info.metrics:
+        info.status = FAILED
+        guard = info.metrics.get("nan_guard") or {}
+        why = guard.get("reason") or guard.get("why") if isinstance(guard, dict) else None
+        info.detail = _one_line(why or "metrics.json without the completion marker: the run failed after training")
+    else:
+        info.status = INTERRUPTED
+        info.detail = "killed or stopped" + (
+            f" at step {info.steps}; resume=true continues it" if info.resumable else " before its first checkpoint"
+        )
+    return info
+
+
+def _complete(rd: layout.RunDir) -> Optional[dict]:
+    try:
+        record = _json(rd.complete)
+        return record if isinstance(record, dict) else {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # present: the run wrote it last; an unreadable body does not undo that
+
+
+def _failure(rd: layout.RunDir):
+    try:
+        record = _json(rd.failed)
+        return str(record.get("error_type", "Error")), _one_line(record.get("error", ""))
+    except (OSError, ValueError, AttributeError):
+        return "Error", f"{layout.FAILED} is unreadable"
+
+
+def _holder(run_dir: str) -> str:
+    try:
+        with open(os.path.join(run_dir, LOCK_FILE)) as f:
+            return _one_line(f.read()) or "a live process holds its lock"
+    except OSError:
+        return "a live process holds its lock"
+
+
+def _read_records(info: RunInfo, rd: layout.RunDir):
+    """Fill info from config.yaml, history.json, metrics.json, latest.json; (status, detail) for a record
+    that cannot be read (half-written, or too old for this version), else None."""
+    from runner.errors import UserError
+    from runner.rundir.resume_check import current
+
+    problem = None
+    if os.path.exists(rd.config):
+        try:
+            info.config = current(rd.path)
+        except UserError as e:
+            return HALF_WRITTEN, _one_line(e)
+        old = too_old(info.config)
+        if old:
+            problem = TOO_OLD, old
+        info.experiment = str(info.config.get("experiment_name", ""))
+        epochs = info.config.get("epochs")
+        info.epochs = epochs if isinstance(epochs, int) else None
+    try:
+        history = _json(rd.history) if os.path.exists(rd.history) else []
+        info.resumes = len(history) if isinstance(history, list) else 0
+    except (OSError, ValueError):
+        return HALF_WRITTEN, f"{layout.HISTORY} is unreadable"
+    if os.path.exists(rd.metrics):
+        try:
+            metrics = _json(rd.metrics)
+            if not isinstance(metrics, dict):
+                raise ValueError("not an object")
+            info.metrics = metrics
+        except (OSError, ValueError) as e:
+            return problem or (HALF_WRITTEN, f"{layout.METRICS} is unreadable ({_one_line(e, 60)})")
+    state = None
+    if os.path.exists(rd.state):
+        try:
+            state = layout.read_state(rd.checkpoints)
+            info.resumable = True
+        except layout.StateProblem:
+            info.resumable = bool(layout.step_files(rd.checkpoints))
+    else:
+        info.resumable = bool(os.path.isdir(rd.checkpoints) and layout.step_files(rd.checkpoints))
+    steps = info.metrics.get("steps")
+    info.steps = steps if isinstance(steps, int) else (state or {}).get("global_step")
+    best = info.metrics.get("best_checkpoint") or (state or {}).get("best")
+    if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
+        info.monitor, info.monitor_value = str(best.get("monitor")), float(best["value"])
+    info.epochs_done = _epochs_done(info, state)
+    return problem
+
+
+def _epochs_done(info: RunInfo, state: Optional[dict]) -> Optional[float]:
+    curve = info.metrics.get("val_curve")
+    if isinstance(curve, list) and curve and isinstance(curve[-1], dict) and "epoch" in curve[-1]:
+        if info.metrics.get("early_stop") or not info.epochs:
+            return float(curve[-1]["epoch"])
+    if info.metrics and info.epochs and not (info.metrics.get("early_stop") or {}).get("stopped"):
+        return float(info.epochs)
+    if state and isinstance(state.get("epoch"), (int, float)):
+        return float(state["epoch"])
+    return None
+
+
+def too_old(config: dict) -> Optional[str]:
+    """Why a saved configuration cannot be read by this version (settings it no longer has), or None."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from runner.config.schema import Config
+
+    body = {k: v for k, v in config.items() if k not in ("defaults", "hydra")}
+    try:
+        OmegaConf.merge(OmegaConf.structured(Config), body)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or ""
+        return _one_line(f"written by an earlier version: {key or 'a setting'} is not a setting of this one")
+    return None
+
+
+def find_runs(roots: Iterable[str]) -> List[RunInfo]:
+    """Every run directory under roots (a root may be a run itself), each read once, in path order.
+
+    Folders are walked into, up to DEPTH levels. A folder of files and no run record is listed as foreign
+    where a run would be: a root itself, or beside runs (in a sweep, or among other runs); elsewhere (docs/
+    in a checkout) it is not a run's place and is left out."""
+    found: dict = {}
+    for root in roots:
+        root = os.path.abspath(root)
+        if _walk(root, 0, found) == "foreign":
+            found[root] = read_run(root)
+    return [found[p] for p in sorted(found)]
+
+
+def _walk(directory: str, depth: int, found: dict) -> str:
+    """Add the runs under directory to found; "run", "foreign" (a leaf of files, no run), or "" (neither)."""
+    if directory in found or depth > DEPTH or not os.path.isdir(directory):
+        return ""
+    if is_candidate(directory):
+        if _other_command(directory):
+            return ""
+        found[directory] = read_run(directory)
+        return "run"
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return ""
+    sweep = os.path.exists(os.path.join(directory, SWEEP_RECORD))
+    subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    files = [e.name for e in entries if e.is_file() and not e.name.startswith(".")]
+    if files and not subdirs and not sweep:
+        return "foreign"
+    kinds = {sub: _walk(sub, depth + 1, found) for sub in subdirs}
+    if sweep or "run" in kinds.values():
+        for sub in (s for s, kind in kinds.items() if kind == "foreign"):
+            found[sub] = read_run(sub)
+    return ""
+
+
+def when(info: RunInfo) -> str:
+    """The run's start as local 'YYYY-MM-DD HH:MM'."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(info.started)) if info.started else "-"

@@ -1,0 +1,170 @@
+"""runner-runs: the run directories as a collection (list, diff, replay), read from each run's own records."""
+
+import json
+import shutil
+import sys
+
+import pytest
+import yaml
+from conftest import REPO, TINY, metrics, run_cli
+
+from runner.cli.commands import runs_main as main
+from runner.rundir import lock, status
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.lock"))
+    return dst
+
+
+def _runs(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.fixture
+def zoo(tmp_path, tiny_run):
+    """One directory of each status under tmp_path/runs, made from the shared tiny run's real records."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    _copy(tiny_run, root / "finished")
+    killed = _copy(tiny_run, root / "killed")  # SIGKILL mid-run: checkpoints, no metrics, no completion marker
+    for name in ("metrics.json", "model.ckpt", ".runner.complete"):
+        (killed / name).unlink()
+    failed = _copy(tiny_run, root / "failed")  # a NaN stop writes metrics.json, then fails: no completion marker
+    (failed / ".runner.complete").unlink()
+    sweep_job = _copy(tiny_run, root / "sweep_job")
+    (sweep_job / ".runner.complete").unlink()
+    (sweep_job / "metrics.json").unlink()
+    (sweep_job / "failed.json").write_text(json.dumps({"error": "boom", "error_type": "ValueError"}))
+    (root / "half" / ".hydra").mkdir(parents=True)  # Hydra's record, nothing of the run's
+    broken = _copy(tiny_run, root / "broken")
+    (broken / "metrics.json").write_text("{")
+    old = _copy(tiny_run, root / "old")
+    saved = yaml.safe_load((old / "config.yaml").read_text())
+    saved["retired_setting"] = 3  # a setting this version does not have
+    (old / "config.yaml").write_text(yaml.safe_dump(saved))
+    (root / "notes").mkdir()
+    (root / "notes" / "todo.txt").write_text("not a run")
+    lr = _copy(tiny_run, root / "other_lr")
+    saved = yaml.safe_load((lr / "config.yaml").read_text())
+    saved["optim"]["lr"] = 0.5
+    (lr / "config.yaml").write_text(yaml.safe_dump(saved))
+    return root
+
+
+def test_each_status_is_read_from_the_runs_records(zoo):
+    got = {p.split("/")[-1]: r for p, r in ((r.path, r) for r in status.find_runs([str(zoo)]))}
+    assert {k: r.status for k, r in got.items()} == {
+        "finished": "finished",
+        "killed": "interrupted",
+        "failed": "failed",
+        "sweep_job": "failed",
+        "half": "half-written",
+        "broken": "half-written",
+        "old": "too old",
+        "notes": "foreign",
+        "other_lr": "finished",
+    }
+    assert got["killed"].resumable and "resume=true" in got["killed"].detail
+    assert got["sweep_job"].detail == "boom" and "retired_setting" in got["old"].detail
+    assert got["finished"].epochs_done == 1 and got["finished"].steps == 44
+    # A live process holding the lock is what "running" means, whatever files are there.
+    lock.acquire(str(zoo / "killed"))
+    try:
+        assert status.read_run(str(zoo / "killed")).status == "running"
+    finally:
+        lock.release(str(zoo / "killed"))
+    assert status.read_run(str(zoo / "killed")).status == "interrupted"
+
+
+@pytest.mark.slow  # 13 s here: nine run directories read through the schema, several times
+def test_the_table_the_json_sort_and_where(zoo, capsys):
+    code, out, _ = _runs(capsys, zoo)
+    assert code == 0
+    for word in ("finished", "interrupted", "failed", "half-written", "too old", "foreign", "optim.lr", "0.5"):
+        assert word in out
+    code, out, _ = _runs(capsys, zoo, "--json", "--where", "status=finished", "--sort=-optim.lr")
+    rows = json.loads(out)
+    assert [r["path"].split("/")[-1] for r in rows] == ["other_lr", "finished"]
+    # Only the settings that differ between the listed runs are columns.
+    assert all(set(r["config"]) == {"optim.lr"} for r in rows) and rows[0]["config"]["optim.lr"] == 0.5
+    assert rows[1]["val_accuracy"] == metrics(zoo / "finished")["val_accuracy"]
+    code, out, _ = _runs(capsys, zoo, "--json", "--where", "optim.lr=0.50")
+    assert [r["path"].split("/")[-1] for r in json.loads(out)] == ["other_lr"]  # compared as numbers
+    # The same from the Python API.
+    import runner
+
+    found = runner.runs_under(str(zoo), where=["status=finished"], sort="optim.lr")
+    assert [r.path.split("/")[-1] for r in found] == ["finished", "other_lr"]
+    assert runner.diff_runs(str(zoo / "finished"), str(zoo / "other_lr"))["differ"]
+
+
+@pytest.mark.parametrize(
+    "argv, culprit",
+    [
+        (["--sort", "val_acuracy"], "val_acuracy"),
+        (["--where", "model.name"], "KEY=VALUE"),
+        (["no/such/dir"], "no/such/dir"),
+        (["diff", "no/such/a", "no/such/b"], "no/such/a"),
+    ],
+)
+def test_a_mistake_is_one_paragraph_and_exit_2(zoo, capsys, argv, culprit):
+    argv = [str(zoo), *argv] if argv[0].startswith("--") else argv
+    code, out, err = _runs(capsys, *argv)
+    assert code == 2 and culprit in err and not out
+
+
+def test_diff_exit_status_and_sections(zoo, capsys):
+    code, out, _ = _runs(capsys, "diff", zoo / "finished", zoo / "failed")
+    assert code == 0 and "The runs are the same" in out and "speed" in out
+    code, out, _ = _runs(capsys, "diff", "--json", zoo / "finished", zoo / "other_lr")
+    report = json.loads(out)
+    assert code == 1 and report["differ"]
+    assert report["config"] == [{"key": "optim.lr", "a": 0.1, "b": 0.5}] and not report["metrics"]
+    env = {e["key"] for e in report["speed"]}
+    assert "throughput_samples_per_s" in env
+    edited = _copy(zoo / "finished", zoo.parent / "edited")
+    m = metrics(edited)
+    m["versions"]["mindspore"] = "0.0.1"
+    m["val_accuracy"] = 0.5
+    (edited / "metrics.json").write_text(json.dumps(m))
+    code, out, _ = _runs(capsys, "diff", "--json", zoo / "finished", edited)
+    report = json.loads(out)
+    assert code == 1 and [e["key"] for e in report["environment"]] == ["versions.mindspore"]
+    assert [e["key"] for e in report["metrics"]] == ["val_accuracy"]
+
+
+def test_completion_script_names_the_subcommands(capsys):
+    code, out, _ = _runs(capsys, "--completion", "bash")
+    assert code == 0 and "complete -o filenames -F _runner_runs runner-runs" in out and "diff replay" in out
+
+
+@pytest.mark.slow
+def test_replay_reproduces_a_resumed_and_extended_run(tmp_path):
+    run = tmp_path / "run"
+    small = [o for o in TINY if not o.startswith("epochs=")]
+    run_cli(run, "epochs=1", *small)
+    run_cli(run, "epochs=2", *small, "resume=true")  # extended: history.json records the change
+    history = json.loads((run / "history.json").read_text())
+    assert history == [{"from": str(run), "changes": {"epochs": [1, 2]}, "step": 44}]
+    import subprocess
+
+    out = tmp_path / "replayed"
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.runs", "replay", str(run), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "reproduces" in proc.stdout
+    a, b = metrics(run), metrics(out)
+    assert b["loss_curve"] == a["loss_curve"] and len(a["loss_curve"]) == 88  # bit-identical, both legs
+    assert b["val_accuracy"] == a["val_accuracy"] and b["val_loss"] == a["val_loss"]
+    losses = [line.split(",")[1] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
+    assert losses == [line.split(",")[1] for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+    # Re-running config.yaml alone (what a replay was before) gives the first leg only.
+    assert json.loads((out / "history.json").read_text())[0]["changes"] == {"epochs": [1, 2]}
