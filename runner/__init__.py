@@ -4,6 +4,7 @@
     cfg = runner.compose("epochs=1")
     metrics = runner.train(cfg, "outputs/notebook")        # RunMetrics, as metrics.json
     scores = runner.evaluate_run("outputs/notebook")       # EvalMetrics
+    runner.convert_torch("resnet18.pth")                   # PyTorch weights -> resnet18.ckpt (runner-convert)
 
 The commands are modules (runner.evaluate, runner.predict, runner.export), so the functions that act on
 a finished run are named evaluate_run, predict_run and export_run: a package attribute cannot be both.
@@ -18,6 +19,7 @@ __all__ = [
     "evaluate_run",
     "predict_run",
     "export_run",
+    "convert_torch",
     "RunMetrics",
     "EvalMetrics",
     "UserError",
@@ -31,6 +33,7 @@ _HOMES = {
     "evaluate_run": "runner.api",
     "predict_run": "runner.api",
     "export_run": "runner.api",
+    "convert_torch": "runner.convert",
     "RunMetrics": "runner.report.metrics",
     "EvalMetrics": "runner.evaluate",
     "UserError": "runner.errors",

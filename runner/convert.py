@@ -114,7 +114,9 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
             shape = tuple(int(d) for d in info["shape"])
             start, end = (int(o) for o in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
-            raise refuse(f"{name}: a dtype of {sorted(SAFETENSORS_DTYPES)}, a shape and data_offsets expected") from None
+            raise refuse(
+                f"{name}: a dtype of {sorted(SAFETENSORS_DTYPES)}, a shape and data_offsets expected"
+            ) from None
         want = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if not 0 <= start <= end <= len(data) or end - start != want:
             raise refuse(f"{name}: bytes {start}..{end} for {want} bytes of {shape}, in {len(data)} bytes of data")
@@ -158,7 +160,8 @@ def read_torch(path: str) -> Dict[str, np.ndarray]:
     others = [f"{k} ({type(v).__name__})" for k, v in obj.items() if not torch.is_tensor(v)]
     if others:
         raise ConfigError(
-            f"{path} is not a state dict of tensors: {len(others)} entries are something else ({', '.join(others[:4])})."
+            f"{path} is not a state dict of tensors: {len(others)} entries are something else "
+            f"({', '.join(others[:4])})."
         )
     if all(k.startswith("module.") for k in obj):
         obj = {k[len("module.") :]: v for k, v in obj.items()}
@@ -272,7 +275,9 @@ def _misfit(src: str, model: str, depth: Optional[int], p: Plan) -> ConfigError:
     """One paragraph naming every tensor that does not fit."""
     what = []
     if p.missing:
-        what.append(f"{len(p.missing)} of the network's parameters have no tensor in the source: {', '.join(p.missing)}")
+        what.append(
+            f"{len(p.missing)} of the network's parameters have no tensor in the source: {', '.join(p.missing)}"
+        )
     if p.unexpected:
         what.append(f"{len(p.unexpected)} source tensors have no place in the network: {', '.join(p.unexpected)}")
     if p.misshapen:
@@ -406,14 +411,17 @@ def convert_torch(
     if os.path.exists(out):
         raise ConfigError(f"{out} exists; runner-convert never overwrites a file. Remove it or name another OUT.")
     if not 0 < tolerance:
-        raise ConfigError(f"--tolerance {tolerance}: a positive number expected (the default is {DEFAULT_TOLERANCE:g}).")
+        raise ConfigError(
+            f"--tolerance {tolerance}: a positive number expected (the default is {DEFAULT_TOLERANCE:g})."
+        )
     tensors = read_source(src)
     depth, in_channels, classes = source_shape(tensors)
     if model is None:
         if depth not in (18, 34, 50):
             raise ConfigError(
                 f"{src} looks like {f'ResNet-{depth}' if depth else 'a ResNet of no standard depth'}, and the runner "
-                f"builds {', '.join(RUNNER_MODELS)}: name the target with --model (e.g. --model mindcv:resnet{depth or 101})."
+                f"builds {', '.join(RUNNER_MODELS)}: name the target with --model "
+                f"(e.g. --model mindcv:resnet{depth or 101})."
             )
         model = f"resnet{depth}"
     if model not in RUNNER_MODELS and not model.startswith("mindcv:"):
@@ -458,8 +466,8 @@ def convert_torch(
         )
         if not d["max_abs_diff"] <= tolerance:
             raise ConfigError(
-                f"The converted network's {d['compared']} differ from PyTorch's by up to {d['max_abs_diff']:.3g} on the "
-                f"same batch (tolerance {tolerance:g}): {src} converted into {model} does not compute what it "
+                f"The converted network's {d['compared']} differ from PyTorch's by up to {d['max_abs_diff']:.3g} on "
+                f"the same batch (tolerance {tolerance:g}): {src} converted into {model} does not compute what it "
                 "computed in PyTorch, so nothing was written. Check that --model names the architecture the "
                 "weights were trained as."
             )

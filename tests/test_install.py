@@ -74,8 +74,10 @@ def test_console_scripts_and_their_deprecated_aliases():
         assert scripts[new] == target
         assert scripts[old] == f"runner.cli.aliases:{old.replace('-', '_')}"
     assert scripts["runner-configs"] == "runner.configs:cli"  # ls / cp of the built-in configs (no old name)
+    assert scripts["runner-convert"] == "runner.convert:cli"
     assert {n for n in scripts if not n.startswith("msrun-")} == {n for n, _ in aliases.RENAMED.values()} | {
-        "runner-configs"
+        "runner-configs",
+        "runner-convert",
     }
 
 
