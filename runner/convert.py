@@ -24,7 +24,7 @@ from runner.errors import ConfigError
 # The source's BatchNorm parameter -> MindSpore's BatchNorm2d parameter.
 BN_NAMES = {"weight": "gamma", "bias": "beta", "running_mean": "moving_mean", "running_var": "moving_variance"}
 # (blocks per stage, bottleneck?) -> depth, for torchvision's and timm's plain ResNets.
-DEPTHS = {
+DEPTHS: Dict[Tuple[Tuple[int, ...], bool], int] = {
     ((2, 2, 2, 2), False): 18,
     ((3, 4, 6, 3), False): 34,
     ((3, 4, 6, 3), True): 50,
@@ -506,6 +506,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     with reported_errors():
         convert_torch(args.src, args.out, args.model, args.drop, args.num_classes, args.image_size, args.tolerance)
+    # The networks' reference cycles, collected while MindSpore is still loaded: left to interpreter
+    # shutdown, each Cell.__del__ prints an ignored AttributeError once torch has been imported too.
+    import gc
+
+    gc.collect()
     return 0
 
 

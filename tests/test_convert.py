@@ -182,6 +182,18 @@ def test_an_existing_file_is_never_overwritten(tmp_path):
     assert (tmp_path / "r18.ckpt").read_text() == "mine"
 
 
+def test_stem_pool_is_refused_where_there_is_no_pool():
+    from runner.models import ModelConfig, ModelError, build_model
+
+    small = ModelConfig(name="resnet18", style="imagenet", depth=18, width=8, stem_pool="torch", conv="native")
+    with pytest.raises(ModelError, match="model.stem_pool: the stem at 32 px is the CIFAR one"):
+        build_model(small, 10, 3, 32)  # stem=auto below 64 px: no max pool to pad
+    build_model(ModelConfig(**{**small.__dict__, "stem": "imagenet"}), 10, 3, 32)
+    mobile = ModelConfig(name="m", style="mindcv", arch="mobilenet_v3_small_100", stem_pool="torch", conv="native")
+    with pytest.raises(ModelError, match="mobilenet_v3_small_100 has no such pool"):
+        build_model(mobile, 10, 3, 32)
+
+
 @pytest.mark.slow
 def test_command_line_exit_codes(tmp_path):
     src = save_safetensors(resnet18_state_dict(), tmp_path / "r18.safetensors")
