@@ -182,6 +182,7 @@ def test_an_existing_file_is_never_overwritten(tmp_path):
     assert (tmp_path / "r18.ckpt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_stem_pool_is_refused_where_there_is_no_pool():
     from runner.models import ModelConfig, ModelError, build_model
 
