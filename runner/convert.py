@@ -261,6 +261,7 @@ def plan(tensors: Dict[str, np.ndarray], own: Dict[str, Any], target: str, drop:
             unexpected.append(s)
         elif tuple(value.shape) != tuple(own[t].shape):
             misshapen.append(f"{s} {tuple(value.shape)} -> {t} {tuple(own[t].shape)}")
+            placed[t] = s  # named once, as of another shape, not also as missing
         else:
             pairs.append((s, t))
             placed[t] = s
