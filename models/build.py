@@ -32,7 +32,13 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int, conv: 
 
             conv = best_path()
         return mindcv_model(
-            cfg.arch, cfg.num_classes or num_classes, in_channels, cfg.checkpoint, image_size, conv=conv
+            cfg.arch,
+            cfg.num_classes or num_classes,
+            in_channels,
+            cfg.checkpoint,
+            image_size,
+            conv=conv,
+            stem_pool=_value(cfg.stem_pool),
         )
     if conv not in PATHS:
         raise ModelError(f"model.conv must be one of {', '.join(PATHS)}, got {conv!r}.")
@@ -46,6 +52,13 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int, conv: 
             image_size=image_size,
             conv=conv,
             stem=cfg.stem,
+            stem_pool=_value(cfg.stem_pool),
         )
     except ValueError as e:
-        raise ModelError(f"model.depth: {e}.") from None
+        what = "model.stem_pool" if "stem_pool" in str(e) else "model.depth"
+        raise ModelError(f"{what}: {e}.") from None
+
+
+def _value(setting) -> str:
+    """An enum setting's value, or the plain string a caller passed."""
+    return str(getattr(setting, "value", setting))

@@ -73,10 +73,21 @@ class Bottleneck(nn.Cell):
         return self.relu(out + identity)
 
 
+def stem_max_pool(padding: str = "same") -> nn.MaxPool2d:
+    """The ImageNet stem's 3x3/2 max pool. "same": MindSpore's pad_mode, padding only the bottom/right
+    where the input side is even; "torch": one pixel on every side, as torchvision and timm (whose
+    weights runner-convert brings) pool. Both give ceil(side / 2)."""
+    if padding == "torch":
+        return nn.MaxPool2d(3, stride=2, pad_mode="pad", padding=1)
+    return nn.MaxPool2d(3, stride=2, pad_mode="same")
+
+
 class ResNet(nn.Cell):
     """stem -> layer1..layerN -> global average pool -> head (dense to num_classes)."""
 
-    def __init__(self, block, blocks_per_stage, width, num_classes, in_channels, large_stem, size, conv_path):
+    def __init__(
+        self, block, blocks_per_stage, width, num_classes, in_channels, large_stem, size, conv_path, stem_pool="same"
+    ):
         super().__init__()
         if large_stem:  # ImageNet stem: 7x7/2 conv and 3x3/2 max pool, for inputs of 64 px and up
             self.stem = nn.SequentialCell(
@@ -84,7 +95,7 @@ class ResNet(nn.Cell):
                     conv(in_channels, width, 7, 2, 3, size, conv_path),
                     nn.BatchNorm2d(width),
                     nn.ReLU(),
-                    max_pool(3, 2, conv_path),
+                    stem_max_pool(stem_pool) if stem_pool == "torch" else max_pool(3, 2, conv_path),
                 ]
             )
             size = -(-conv_output_size(size, 7, 2, 3) // 2)  # pad_mode="same" pool: ceil(size / 2)
@@ -126,13 +137,15 @@ def resnet(
     image_size: int,
     conv: str = "native",
     stem: str = "auto",
+    stem_pool: str = "same",
 ) -> ResNet:
     """Build a ResNet of the given style and depth; unknown depths raise ValueError.
 
     `conv` is the convolution algorithm: "native", "gemm" or "auto" (per layer shape, models/conv.py);
     the parameters are the same under every choice. stem (ImageNet style): "imagenet" is the 7x7/2
     conv and max pool, "cifar" the 3x3 conv that keeps full resolution, "auto" the first from 64 px up
-    and the second below.
+    and the second below. stem_pool: the ImageNet stem's max pool padding (stem_max_pool); a ValueError
+    when it is asked of a CIFAR stem, which has no pool.
     """
     if style == "cifar":
         if depth not in CIFAR_DEPTHS:
@@ -154,4 +167,19 @@ def resnet(
     # Small inputs (CIFAR-size) keep full resolution in the stem, as the usual CIFAR adaptations do:
     # the ImageNet stem divides the side by 4, leaving 2x2 of an 8x8 digit before the first stage.
     large = image_size >= 64 if stem == "auto" else stem == "imagenet"
-    return ResNet(block, blocks, width, num_classes, in_channels, large_stem=large, size=image_size, conv_path=conv)
+    if stem_pool != "same" and not large:
+        raise ValueError(
+            f"the stem at {image_size} px is the CIFAR one (3x3 conv, no max pool), so stem_pool={stem_pool} "
+            "would change nothing; the ImageNet stem (stem=imagenet) has the pool it pads"
+        )
+    return ResNet(
+        block,
+        blocks,
+        width,
+        num_classes,
+        in_channels,
+        large_stem=large,
+        size=image_size,
+        conv_path=conv,
+        stem_pool=stem_pool,
+    )

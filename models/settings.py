@@ -19,6 +19,14 @@ class Stem(str, Enum):
     cifar = "cifar"
 
 
+class StemPool(str, Enum):
+    # MindSpore's pad_mode="same" pads a 3x3/2 max pool on the bottom/right only; PyTorch's ResNets pad one
+    # pixel on every side. On an even input the windows differ, so weights converted from torchvision or
+    # timm (runner-convert) give PyTorch's logits only with `torch`.
+    same = "same"
+    torch = "torch"
+
+
 class ConvPath(str, Enum):  # the convolution algorithm on CPU (models/conv.py)
     best = "best"  # onednn where it pays and builds (AVX2 or better, a compiler or a built library), else native
     auto = "auto"  # per layer shape, the faster of the two, timed once per machine and cached
@@ -34,6 +42,7 @@ class ModelConfig:
     depth: Optional[int] = None  # cifar, imagenet
     width: int = 16  # cifar, imagenet: channels of the first stage
     stem: Stem = Stem.auto  # imagenet: 7x7/2 + max pool (imagenet), 3x3/1 (cifar), or by input size (auto: < 64 px)
+    stem_pool: StemPool = StemPool.same  # imagenet stem, mindcv resnets: the max pool's padding (same | torch)
     arch: Optional[str] = None  # mindcv: a mindcv.list_models() name
     checkpoint: Optional[str] = None  # mindcv: local pretrained weights (.ckpt); mismatched head/stem adapted
     num_classes: Optional[int] = None  # None: take it from the data

@@ -15,7 +15,9 @@ from runner.models.errors import ModelError
 log = logging.getLogger("runner")
 
 
-def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None, image_size=None, conv="native"):
+def mindcv_model(
+    arch: str, num_classes: int, in_channels: int, checkpoint=None, image_size=None, conv="native", stem_pool="same"
+):
     """`mindcv.create_model(arch)` for this data's classes and channels, with local weights if given.
 
     conv="onednn": every NCHW nn.Conv2d of the model (grouped and depthwise ones included) runs oneDNN's
@@ -26,7 +28,8 @@ def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None,
     in_channels (mobilevit builds a 3-channel stem whatever it is asked), and some shrink a small
     input to nothing on the way to their classifier (squeezenet1_0 at 16 px): both would only fail
     once training runs, with MindSpore's shape error. image_size: the network's input side (None:
-    not checked).
+    not checked). stem_pool="torch": the ResNet family's stem max pool padded as PyTorch pads it
+    (models/resnet.py stem_max_pool), for weights converted from torchvision or timm.
     """
     try:
         import mindcv
@@ -42,6 +45,8 @@ def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None,
         )
     # pretrained=False: mindcv would download weights, and runs are offline; model.checkpoint instead.
     net = mindcv.create_model(arch, num_classes=num_classes, in_channels=in_channels, pretrained=False)
+    if stem_pool != "same":
+        _pad_stem_pool(net, arch, stem_pool)
     _check_channels(net, arch, in_channels)
     if image_size:
         _check_size(net, arch, in_channels, int(image_size))
@@ -53,6 +58,21 @@ def mindcv_model(arch: str, num_classes: int, in_channels: int, checkpoint=None,
         swapped = use_onednn(net)
         log.info("model.conv=onednn: %d convolutions of %s run oneDNN's kernels", swapped, arch)
     return net
+
+
+def _pad_stem_pool(net, arch: str, stem_pool: str) -> None:
+    """Replace MindCV's ResNet stem pool (`max_pool`, 3x3/2 with pad_mode="same") by PyTorch's padding."""
+    from mindspore import nn
+
+    from runner.models.resnet import stem_max_pool
+
+    pool = getattr(net, "max_pool", None)
+    if not isinstance(pool, nn.MaxPool2d) or getattr(pool, "pad_mode", None) != "SAME":
+        raise ModelError(
+            f"model.stem_pool={stem_pool} pads the 3x3/2 stem max pool of the ResNet family (mindcv's resnet*, "
+            f"resnext*); MindCV's {arch} has no such pool. Leave model.stem_pool=same."
+        )
+    net.max_pool = stem_max_pool(stem_pool)
 
 
 def _check_channels(net, arch: str, in_channels: int) -> None:

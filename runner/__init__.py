@@ -5,6 +5,7 @@
     metrics = runner.train(cfg, "outputs/notebook")        # RunMetrics, as metrics.json
     scores = runner.evaluate_run("outputs/notebook")       # EvalMetrics
     runs = runner.runs_under("outputs", where=["status=finished"], sort="-val_accuracy")  # [RunInfo]
+    runner.convert_torch("resnet18.pth")                   # PyTorch weights -> resnet18.ckpt (runner-convert)
 
 The commands are modules (runner.evaluate, runner.predict, runner.export), so the functions that act on
 a finished run are named evaluate_run, predict_run and export_run: a package attribute cannot be both.
@@ -23,6 +24,7 @@ __all__ = [
     "diff_runs",
     "replay_run",
     "RunInfo",
+    "convert_torch",
     "RunMetrics",
     "EvalMetrics",
     "UserError",
@@ -40,6 +42,7 @@ _HOMES = {
     "diff_runs": "runner.runs",
     "replay_run": "runner.runs",
     "RunInfo": "runner.rundir.status",
+    "convert_torch": "runner.convert",
     "RunMetrics": "runner.report.metrics",
     "EvalMetrics": "runner.evaluate",
     "UserError": "runner.errors",

@@ -75,9 +75,11 @@ def test_console_scripts_and_their_deprecated_aliases():
         assert scripts[old] == f"runner.cli.aliases:{old.replace('-', '_')}"
     assert scripts["runner-configs"] == "runner.cli.commands:configs"  # ls / cp of the built-in configs (no old name)
     assert scripts["runner-runs"] == "runner.cli.commands:runs"  # the run directories as a collection (no old name)
+    assert scripts["runner-convert"] == "runner.cli.commands:convert"
     assert {n for n in scripts if not n.startswith("msrun-")} == {n for n, _ in aliases.RENAMED.values()} | {
         "runner-configs",
         "runner-runs",
+        "runner-convert",
     }
 
 

@@ -18,6 +18,7 @@ ZOO = ["model=mindcv", "model.arch=mobilenet_v3_small_075", *NO_WIDTH]
         (["model=mindcv", "model.width=8"], "model.style=mindcv does not use model.width=8"),
         (["model=mindcv", "model.checkpoint=/nonexistent.ckpt"], "/nonexistent.ckpt: no such file"),
         (["model=resnet8", "model.stem=cifar"], "model.style=cifar does not use model.stem=cifar"),
+        (["model=resnet8", "model.stem_pool=torch"], "model.style=cifar does not use model.stem_pool=torch"),
         (["model=resnet18", "model.arch=resnet18"], "does not use model.arch=resnet18"),
     ],
 )

@@ -9,14 +9,15 @@ command line; here a user's mistake becomes one paragraph and exit status 2.
 import argparse
 import os
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
 
 from runner import configs as configs_module
+from runner import convert as convert_module
 from runner import runs as runs_module
 from runner.cli.app import entry_point
-from runner.errors import ConfigError, UserError, print_user_error
+from runner.errors import ConfigError, UserError, print_user_error, user_errors
 from runner.evaluate import evaluate as evaluate_run
 from runner.export import export as export_run
 from runner.predict import predict as predict_run
@@ -165,3 +166,43 @@ def runs_main(argv: Optional[List[str]] = None) -> int:
 def runs() -> None:
     """Console entry point of runner-runs."""
     sys.exit(runs_main())
+
+
+def convert_main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line; exit 0 written, 2 refused (one paragraph on stderr)."""
+    parser = argparse.ArgumentParser(
+        prog="runner-convert",
+        description="Convert a torchvision or timm ResNet state dict (.pth, .pt, .safetensors) into a MindSpore "
+        "checkpoint for the runner's resnet18/34/50 (init_from=) or MindCV's resnets (model.checkpoint=).",
+    )
+    parser.add_argument("src", metavar="SRC", help="the PyTorch state dict (.pth/.pt through torch; .safetensors)")
+    parser.add_argument("out", metavar="OUT", nargs="?", help="the checkpoint to write (default: SRC with .ckpt)")
+    parser.add_argument("--model", help="resnet18|resnet34|resnet50|mindcv:<arch> (default: the source's depth)")
+    parser.add_argument(
+        "--drop", metavar="PATTERN", nargs="+", action="extend", default=[],
+        help="leave these tensors out (source or target names, module names or globs), e.g. --drop fc",
+    )  # fmt: skip
+    parser.add_argument("--num-classes", type=int, help="the network's classes (default: the source head's)")
+    parser.add_argument("--image-size", type=int, default=224, help="side of the parity batch's images (224)")
+    parser.add_argument(
+        "--tolerance", type=float, default=convert_module.DEFAULT_TOLERANCE, help="largest |logit difference|"
+    )
+    args = parser.parse_args(argv)
+    try:
+        convert_module.convert_torch(
+            args.src, args.out, args.model, args.drop, args.num_classes, args.image_size, args.tolerance
+        )
+    except user_errors() as e:
+        print_user_error(e)
+        return 2
+    # The networks' reference cycles, collected while MindSpore is still loaded: left to interpreter
+    # shutdown, each Cell.__del__ prints an ignored AttributeError once torch has been imported too.
+    import gc
+
+    gc.collect()
+    return 0
+
+
+def convert() -> None:
+    """Console entry point of runner-convert."""
+    sys.exit(convert_main())

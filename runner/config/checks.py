@@ -81,8 +81,12 @@ USES = {
     ),
     "model": (
         "model.style",
-        ("depth", "width", "stem", "arch", "checkpoint"),
-        {"cifar": {"depth", "width"}, "imagenet": {"depth", "width", "stem"}, "mindcv": {"arch", "checkpoint"}},
+        ("depth", "width", "stem", "stem_pool", "arch", "checkpoint"),
+        {
+            "cifar": {"depth", "width"},
+            "imagenet": {"depth", "width", "stem", "stem_pool"},
+            "mindcv": {"arch", "checkpoint", "stem_pool"},
+        },
     ),
     "augment": (
         "augment",
