@@ -455,3 +455,68 @@ SOURCES = {
     "csv": csvlist,
     "mindrecord": mindrecord,
 }
+
+
+# Fields that decide which samples synthetic generates (with the seed): equal fields, equal samples.
+_SYNTHETIC_DATA = ("num_classes", "num_samples", "image_size", "channels")
+
+
+def _listed_paths(cfg) -> Optional[dict]:
+    """{split: set of real paths} of an image folder's or CSV list's files, without decoding them;
+    None for other sources or a root that cannot be listed (the reader names that problem itself)."""
+    root = os.path.expanduser(cfg.root or "")
+    found = {}
+    try:
+        for split in ("train", "val"):
+            if cfg.name == "imagefolder":
+                folder = os.path.join(root, split)
+                paths = [
+                    e.path
+                    for c in os.scandir(folder)
+                    if c.is_dir()
+                    for e in os.scandir(c.path)
+                    if os.path.splitext(e.name)[1] in IMAGE_EXTENSIONS
+                ]
+            elif cfg.name == "csv":
+                paths = [p for p, _ in _read_list(os.path.join(root, f"{split}.csv"), root)]
+            else:
+                return None
+            found[split] = {os.path.realpath(p) for p in paths}
+    except (OSError, DataError):
+        return None
+    return found
+
+
+def training_overlap(trained, trained_seed: int, evaluated, eval_seed: int) -> Optional[dict]:
+    """How many validation samples of the data settings `evaluated` (split with eval_seed) were training
+    samples of `trained` (split with trained_seed): {"val_samples", "seen_in_training", "how"}; None
+    when the two cannot share samples or it cannot be told (other sources: their validation set is a
+    separate file or folder of the same root, or data the model never saw).
+
+    digits and synthetic split one sample pool by a permutation of the seed (`_split`), so another seed
+    or a larger val_fraction puts training samples into validation; an image folder or CSV list may
+    name the very files another root trained on.
+    """
+    if str(trained.name) != str(evaluated.name):
+        return None
+    name = str(evaluated.name)
+    if name in ("digits", "synthetic"):
+        if name == "synthetic" and (
+            trained_seed != eval_seed or any(trained[k] != evaluated[k] for k in _SYNTHETIC_DATA)
+        ):
+            return None  # generated from other settings: other samples
+        if name == "digits":
+            from sklearn.datasets import load_digits
+
+            n = len(load_digits().target)
+        else:
+            n = int(evaluated.num_samples)
+        train, _ = _split(n, trained.val_fraction, trained_seed)
+        _, val = _split(n, evaluated.val_fraction, eval_seed)
+        how = f"seed {trained_seed}, val_fraction {trained.val_fraction} -> seed {eval_seed}, {evaluated.val_fraction}"
+        return {"val_samples": int(len(val)), "seen_in_training": int(np.intersect1d(train, val).size), "how": how}
+    a, b = _listed_paths(trained), _listed_paths(evaluated)
+    if a is None or b is None:
+        return None
+    how = f"files of {evaluated.root}/val* that {trained.root} trains on"
+    return {"val_samples": len(b["val"]), "seen_in_training": len(a["train"] & b["val"]), "how": how}

@@ -227,7 +227,8 @@ class Recipe:
                 self.cfg.model.num_classes - data.num_classes,
             )
         # before the optimizer takes the trainable params
-        self.fine_tune = prepare(net, self.cfg.init_from, self.cfg.optim.freeze, data.class_names)
+        c = self.cfg
+        self.fine_tune = prepare(net, c.init_from, c.optim.freeze, data.class_names, c.data, c.seed)
 
     def build_training(self) -> None:
         """The steps that really run, the optimizer and the AMP train and eval Models."""
