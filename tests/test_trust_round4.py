@@ -36,3 +36,42 @@ def test_the_api_refuses_a_file_as_run_dir_as_the_cli_does(tmp_path):
     assert run_dir.read_text() == "mine"
     with pytest.raises(runner.UserError, match="not a directory"):
         runner.train(compose_cfg(*TINY), str(run_dir / "below"))
+
+
+@pytest.fixture
+def read_only_cache(tmp_path):
+    """$XDG_CACHE_HOME on a read-only bind mount that already holds mindspore-runner/ (EROFS, which is
+    no PermissionError; root ignores chmod, so a mount is the only honest read-only folder here)."""
+    import subprocess
+
+    src, mnt = tmp_path / "src", tmp_path / "cache"
+    (src / "mindspore-runner").mkdir(parents=True, mode=0o700)
+    mnt.mkdir()
+    if subprocess.run(["mount", "--bind", str(src), str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+@pytest.mark.slow
+def test_a_read_only_cache_falls_back_to_a_temporary_directory(read_only_cache, monkeypatch):
+    import errno
+    import tempfile
+
+    from runner.models import onednn
+    from runner.models.errors import ModelError
+
+    try:
+        onednn.find_compiler()
+    except ModelError:
+        pytest.skip("no C++ compiler: the library is not built here")
+    with pytest.raises(OSError) as e:
+        (read_only_cache / "mindspore-runner" / "probe").write_text("x")
+    assert e.value.errno == errno.EROFS
+    monkeypatch.setenv("XDG_CACHE_HOME", str(read_only_cache))
+    built = onednn.library()
+    assert built.startswith(tempfile.gettempdir()) and not built.startswith(str(read_only_cache))
