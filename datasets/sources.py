@@ -182,7 +182,38 @@ def _listed_files(good, index):
     paths = [p for p, _ in good]
     labels = np.array([index[c] for _, c in good], dtype=np.int32)
     d = ds.NumpySlicesDataset({"image": np.arange(len(paths), dtype=np.int64), "label": labels}, shuffle=False)
-    return d.map(lambda i: np.fromfile(paths[int(i)], dtype=np.uint8), "image")
+    return d.map(lambda i: _read_checked(paths[int(i)]), "image")
+
+
+CHANGED = "changed since the run checked its data"  # marks the reader's own error inside MindSpore's
+
+
+def _read_checked(path: str) -> np.ndarray:
+    """The bytes of a file the source checked when it was built; an error naming it when it has been
+    removed or replaced by something that is no regular file since (never opening a FIFO)."""
+    why = not_regular(path)
+    if why:
+        raise OSError(f"{path!r} {CHANGED} [{why}]")
+    return np.fromfile(path, dtype=np.uint8)
+
+
+def data_changed(err: BaseException) -> Optional[DataError]:
+    """A DataError naming the file when err is MindSpore's report of a data file that was removed or
+    changed while a pipeline read it (the training loop asks, so the run ends with one paragraph)."""
+    import re
+
+    text = error_reason(err)
+    found = re.search(r"('[^']+') " + CHANGED + r" \[([^\]]*)\]", text)
+    if found:
+        detail = f"{found.group(1)} {found.group(2)}"
+    elif "does not exist" in text or "No such file" in text:
+        detail = text
+    else:
+        return None
+    return DataError(
+        f"The data changed while the run read it: {detail}. The files must stay in place for the whole run; "
+        "what it saved so far is kept (restore the data, then resume=true continues)."
+    )
 
 
 def folder_classes(root: str, what: str) -> list:
@@ -225,10 +256,10 @@ def imagefolder(cfg, seed):
                 "add some or remove the folder."
             )
         skipped += bad
-        if bad:
-            d = _listed_files(good, index)
-        else:
-            d = ds.ImageFolderDataset(folder, shuffle=False, class_indexing=index, extensions=IMAGE_EXTENSIONS)
+        # Exactly the files checked above, read through _read_checked: ImageFolderDataset would list the
+        # folder again when the pipeline starts, silently leaving out a file removed since (its sizes
+        # above would no longer match) and failing on one removed later with no name of the run's.
+        d = _listed_files(good, index)
         # Decode as a map op (not decode=True in the reader) so that the error-samples mode applies to it.
         splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.

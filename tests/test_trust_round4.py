@@ -75,3 +75,28 @@ def test_a_read_only_cache_falls_back_to_a_temporary_directory(read_only_cache, 
     monkeypatch.setenv("XDG_CACHE_HOME", str(read_only_cache))
     built = onednn.library()
     assert built.startswith(tempfile.gettempdir()) and not built.startswith(str(read_only_cache))
+
+
+@pytest.mark.slow
+def test_images_removed_mid_run_end_it_with_one_paragraph_naming_a_file(tmp_path):
+    from conftest import start_cli, wait_for, word_digit_folder
+
+    root = word_digit_folder(tmp_path / "data", per_class=12, val_per_class=1)
+    run = tmp_path / "run"
+    args = ["epochs=300", "padding.height=8", "padding.width=8", "model.width=8", "log_every=1000", "batch_size=16"]
+    args += ["data=imagefolder", f"data.root={root}", "data.channels=1", "data.mean=[0.5]", "data.std=[0.5]"]
+    proc = start_cli(run, *args)
+    try:
+        wait_for(proc, lambda: (run / "checkpoints" / "latest.json").exists())
+        removed = sorted(root.glob("train/*/*.png"))
+        for p in removed:
+            p.unlink()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    text = " ".join(out.split())
+    assert proc.returncode == 2, out[-3000:]
+    assert "The data changed while the run read it: '" in text and "Traceback" not in text
+    named = text.split("The data changed while the run read it: '", 1)[1].split("'", 1)[0]
+    assert named in {str(p) for p in removed}
+    assert (run / "checkpoints" / "latest.json").exists() and list(run.glob("checkpoints/step_*.ckpt"))

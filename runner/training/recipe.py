@@ -370,10 +370,12 @@ class Recipe:
                     **self.watch.fit_args(self.data.val),
                 )
         except (RuntimeError, MemoryError) as e:
-            oom = as_out_of_memory(e, self.env.batch)
-            if oom is None:
+            from runner.datasets.sources import data_changed
+
+            known = as_out_of_memory(e, self.env.batch) or data_changed(e)
+            if known is None:
                 raise
-            raise oom from None
+            raise known from None
         except OSError as e:  # a checkpoint written during training (disk full, directory gone)
             raise UserError(
                 f"Could not write a checkpoint in {self.env.run_dir}: {e}. Earlier checkpoints are intact."
