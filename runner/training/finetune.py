@@ -9,6 +9,7 @@ import logging
 import os
 from typing import Optional
 
+from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
 
 log = logging.getLogger("runner")
@@ -159,7 +160,7 @@ def load_matching(net, init_from: str, classes: Optional[list] = None) -> dict:
         params = ms.load_checkpoint(path)
     except (ValueError, RuntimeError, OSError) as e:
         raise ConfigError(
-            f"init_from={init_from}: {path} cannot be read as a MindSpore checkpoint ({str(e).splitlines()[0]})."
+            f"init_from={init_from}: {path} cannot be read as a MindSpore checkpoint ({error_reason(e)})."
         ) from None
     mine = net.parameters_dict()
     values, adapted = {}, []
