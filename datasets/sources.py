@@ -14,7 +14,7 @@ import mindspore.dataset.vision as V
 import numpy as np
 from mindspore import dtype as mstype
 
-from runner.datasets.errors import DataError
+from runner.datasets.errors import DataError, error_reason, not_regular
 
 # Passed to ImageFolderDataset too, so the files it decodes are exactly the files measured here.
 IMAGE_EXTENSIONS = [e for ext in (".png", ".jpg", ".jpeg", ".bmp") for e in (ext, ext.upper())]
@@ -93,18 +93,51 @@ def _need_dir(path, what):
         raise DataError(f"{what} {path!r} does not exist or is not a directory.")
 
 
-def _image_size(path: str, on_bad_sample: str):
+def _need_file(path: str, what: str) -> None:
+    """DataError unless path is a regular file (missing, a folder, a FIFO: each named)."""
+    if not os.path.lexists(path):
+        raise DataError(f"{what} {path!r} does not exist.")
+    why = "a directory" if os.path.isdir(path) else not_regular(path)
+    if why:
+        raise DataError(f"{what} {path!r} is {why}; it must be a regular file.")
+
+
+# Labels are class indices: far more classes than any dataset has (ImageNet-21k: 21,841) is a wrong
+# column or a typo, and would allocate one class name (and one output) per index.
+MAX_CLASSES = 100_000
+
+
+def check_labels(labels: np.ndarray, num_classes: int, where: str) -> None:
+    """DataError when a label is outside 0..num_classes-1 (MindSpore's loss would fail deep in training,
+    or index past the network's outputs); the same check for every reader."""
+    if labels.size == 0:
+        return
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= num_classes:
+        bad = lo if lo < 0 else hi
+        raise DataError(
+            f"{where} has label {bad}, but its {num_classes} classes are labelled 0..{num_classes - 1}. "
+            "Fix the labels (or the class list) of that data."
+        )
+
+
+SKIP_ADVICE = "set data.on_bad_sample=skip to train without such files"
+
+
+def _image_size(path: str, on_bad_sample: str, skip_advice: str = SKIP_ADVICE):
     """(height, width) of an image file, decoded once with PIL (a header alone misses truncated files);
     None for a bad file under data.on_bad_sample=skip.
 
-    A bad file (missing, corrupt, truncated, a symbolic link to nothing, or beyond PIL's
-    decompression-bomb limit) is an error naming it, or with data.on_bad_sample=skip it is left out.
+    A bad file (missing, corrupt, truncated, a symbolic link to nothing, a FIFO or other non-regular
+    file (never opened), or beyond PIL's decompression-bomb limit) is an error naming it, or with
+    data.on_bad_sample=skip it is left out. skip_advice: how the caller's user skips such files.
     """
     from PIL import Image
 
     try:
-        if os.path.islink(path) and not os.path.exists(path):
-            raise OSError(f"a symbolic link to the missing {os.readlink(path)!r}")
+        why = not_regular(path)
+        if why:
+            raise OSError(f"{why}, so it is not opened")
         with Image.open(path) as im:
             im.load()
             return im.height, im.width
@@ -113,13 +146,12 @@ def _image_size(path: str, on_bad_sample: str):
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         if on_bad_sample == "error":
             raise DataError(
-                f"{path!r} is not a readable image ({e}). Remove or replace it, or set "
-                "data.on_bad_sample=skip to train without such files."
+                f"{path!r} is not a readable image ({e}). Remove or replace it, or {skip_advice}."
             ) from None
         return None
 
 
-def _image_sizes(folder, classes, on_bad_sample: str):
+def _image_sizes(folder, classes, on_bad_sample: str, skip_advice: str = SKIP_ADVICE):
     """(height, width) of every decodable image under folder/<class>/, the good files as (path, class),
     the files that are not decodable, and the classes without images (see _image_size)."""
     sizes, good, bad, empty = [], [], [], []
@@ -129,7 +161,7 @@ def _image_sizes(folder, classes, on_bad_sample: str):
             # A dangling symlink is neither a file nor a directory; MindSpore's reader would list it.
             if entry.is_dir() or os.path.splitext(entry.name)[1] not in IMAGE_EXTENSIONS:
                 continue
-            size = _image_size(entry.path, on_bad_sample)
+            size = _image_size(entry.path, on_bad_sample, skip_advice)
             if size is None:
                 bad.append(entry.path)
                 continue
@@ -150,21 +182,64 @@ def _listed_files(good, index):
     paths = [p for p, _ in good]
     labels = np.array([index[c] for _, c in good], dtype=np.int32)
     d = ds.NumpySlicesDataset({"image": np.arange(len(paths), dtype=np.int64), "label": labels}, shuffle=False)
-    return d.map(lambda i: np.fromfile(paths[int(i)], dtype=np.uint8), "image")
+    return d.map(lambda i: _read_checked(paths[int(i)]), "image")
 
 
-def imagefolder(cfg, seed):
-    """root/train/<class>/* and root/val/<class>/*, decoded by MindSpore; classes from train."""
-    root = os.path.expanduser(cfg.root)
-    _need_dir(root, "data.root")
+CHANGED = "changed since the run checked its data"  # marks the reader's own error inside MindSpore's
+
+
+def _read_checked(path: str) -> np.ndarray:
+    """The bytes of a file the source checked when it was built; an error naming it when it has been
+    removed or replaced by something that is no regular file since (never opening a FIFO)."""
+    why = not_regular(path)
+    if why:
+        raise OSError(f"{path!r} {CHANGED} [{why}]")
+    return np.fromfile(path, dtype=np.uint8)
+
+
+def data_changed(err: BaseException) -> Optional[DataError]:
+    """A DataError naming the file when err is MindSpore's report of a data file that was removed or
+    changed while a pipeline read it (the training loop asks, so the run ends with one paragraph)."""
+    import re
+
+    text = error_reason(err)
+    found = re.search(r"('[^']+') " + CHANGED + r" \[([^\]]*)\]", text)
+    if found:
+        detail = f"{found.group(1)} {found.group(2)}"
+    elif "does not exist" in text or "No such file" in text:
+        detail = text
+    else:
+        return None
+    return DataError(
+        f"The data changed while the run read it: {detail}. The files must stay in place for the whole run; "
+        "what it saved so far is kept (restore the data, then resume=true continues)."
+    )
+
+
+def folder_classes(root: str, what: str) -> list:
+    """The class folders of root/train, sorted; DataError when root, train/ or val/ is missing, train/
+    has no class folder, or val/ has a class that train/ lacks (a model cannot predict a class it never
+    saw: its accuracy there would be a confident 0). Shared by data=imagefolder and the MindRecord
+    converter, so both accept the same folders."""
+    _need_dir(root, what)
     for split in ("train", "val"):
-        _need_dir(os.path.join(root, split), f"data.root must contain {split}/; missing:")
+        _need_dir(os.path.join(root, split), f"{what} must contain {split}/; missing:")
     classes = sorted(e.name for e in os.scandir(os.path.join(root, "train")) if e.is_dir())
     if not classes:
         raise DataError(f"{os.path.join(root, 'train')!r} has no class folders (expected train/<class>/*.png|jpg).")
     extra = sorted(e.name for e in os.scandir(os.path.join(root, "val")) if e.is_dir() and e.name not in set(classes))
     if extra:
-        raise DataError(f"val/ has class folders that train/ lacks: {extra}; every val class needs training images.")
+        raise DataError(
+            f"{os.path.join(root, 'val')!r} has class folders that train/ lacks: {extra}; every val class needs "
+            "training images."
+        )
+    return classes
+
+
+def imagefolder(cfg, seed):
+    """root/train/<class>/* and root/val/<class>/*, decoded by MindSpore; classes from train."""
+    root = os.path.expanduser(cfg.root)
+    classes = folder_classes(root, "data.root")
     index = {c: i for i, c in enumerate(classes)}
     policy = cfg.on_bad_sample
     # MindSpore skips a sample whose map op fails only in SKIP mode; the default raises.
@@ -181,10 +256,10 @@ def imagefolder(cfg, seed):
                 "add some or remove the folder."
             )
         skipped += bad
-        if bad:
-            d = _listed_files(good, index)
-        else:
-            d = ds.ImageFolderDataset(folder, shuffle=False, class_indexing=index, extensions=IMAGE_EXTENSIONS)
+        # Exactly the files checked above, read through _read_checked: ImageFolderDataset would list the
+        # folder again when the pipeline starts, silently leaving out a file removed since (its sizes
+        # above would no longer match) and failing on one removed later with no name of the run's.
+        d = _listed_files(good, index)
         # Decode as a map op (not decode=True in the reader) so that the error-samples mode applies to it.
         splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     # MindSpore's Decode always yields 3 channels: grayscale, palette and RGBA files included.
@@ -196,10 +271,13 @@ def _read_list(path: str, root: str) -> list:
     row `path,label`."""
     import csv
 
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise DataError(f"data.root lacks {os.path.basename(path)}: {path!r} (rows of `path,label`).")
+    _need_file(path, "The list")
     rows = []
-    with open(path, newline="") as f:
+    # utf-8-sig: a spreadsheet's "CSV UTF-8" starts with a byte-order mark, which would otherwise be part
+    # of the header's first name, so the header would be read as a row of data.
+    with open(path, newline="", encoding="utf-8-sig") as f:
         for n, row in enumerate(csv.reader(f), 1):
             if not row or not "".join(row).strip():
                 continue
@@ -223,8 +301,21 @@ def csvlist(cfg, seed):
     _need_dir(root, "data.root")
     lists = {split: _read_list(os.path.join(root, f"{split}.csv"), root) for split in ("train", "val")}
     labels = [label for rows in lists.values() for _, label in rows]
-    if all(label.isdigit() for label in labels):
-        classes = [str(i) for i in range(max(int(label) for label in labels) + 1)]
+    # ASCII digits only: str.isdigit() also accepts "²" and other digits int() refuses.
+    if all(label.isascii() and label.isdigit() for label in labels):
+        top = max(int(label) for label in labels)
+        if top >= MAX_CLASSES:
+            where = next(split for split, rows in lists.items() if any(int(lb) == top for _, lb in rows))
+            raise DataError(
+                f"{where}.csv in {root!r} has the label {top}: integer labels are class indices 0..K-1, and "
+                f"{top + 1} classes is beyond the {MAX_CLASSES} this runner accepts. Check the label column."
+            )
+        unknown = sorted({int(lb) for _, lb in lists["val"]} - {int(lb) for _, lb in lists["train"]})
+        if unknown:
+            raise DataError(
+                f"val.csv has labels that train.csv lacks: {unknown[:5]}; every val class needs training images."
+            )
+        classes = [str(i) for i in range(top + 1)]
         index = {c: i for i, c in enumerate(classes)}
         index.update({label: int(label) for label in labels})  # "007" is class 7
     else:
@@ -260,7 +351,7 @@ def mindrecord(cfg, seed):
     classes = mr.read_classes(root)
     splits, sizes = {}, {}
     for split in ("train", "val"):
-        d, sizes[split] = mr.read_split(root, split)
+        d, sizes[split] = mr.read_split(root, split, len(classes))
         splits[split] = d.map(V.Decode(), "image").map(T.TypeCast(mstype.int32), "label")
     return Source(splits["train"], splits["val"], len(classes), sizes["train"], sizes["val"], 3, class_names=classes)
 
@@ -279,8 +370,7 @@ def _cifar_file(path, label_bytes: int = 1, classes: int = 10, what: str = "CIFA
         )
     records = raw.reshape(-1, record)
     labels = records[:, label_bytes - 1].astype(np.int32)
-    if labels.max() > classes - 1:
-        raise DataError(f"{path!r} has label {labels.max()}; {what} labels are 0..{classes - 1}.")
+    check_labels(labels, classes, f"{path!r} ({what})")
     return records[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
@@ -293,9 +383,11 @@ def cifar10(cfg, seed):
     root = os.path.expanduser(cfg.root)
     _need_dir(root, "data.root")
     names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
-    missing = [n for n in names if not os.path.isfile(os.path.join(root, n))]
+    missing = [n for n in names if not os.path.lexists(os.path.join(root, n))]
     if missing:
         raise DataError(f"data.root {root!r} lacks CIFAR-10 binary files {missing} (the 'binary version' download).")
+    for n in names:
+        _need_file(os.path.join(root, n), "The CIFAR-10 file")
     parts = [_cifar_file(os.path.join(root, n)) for n in names]  # CIFAR-10: one label byte, 10 classes
     train = (np.concatenate([p[0] for p in parts[:5]]), np.concatenate([p[1] for p in parts[:5]]))
     test = parts[5]
@@ -317,13 +409,16 @@ def cifar100(cfg, seed):
     """
     root = os.path.expanduser(cfg.root)
     _need_dir(root, "data.root")
-    missing = [n for n in ("train.bin", "test.bin") if not os.path.isfile(os.path.join(root, n))]
+    missing = [n for n in ("train.bin", "test.bin") if not os.path.lexists(os.path.join(root, n))]
     if missing:
         raise DataError(f"data.root {root!r} lacks CIFAR-100 binary files {missing} (the 'binary version' download).")
+    for n in ("train.bin", "test.bin"):
+        _need_file(os.path.join(root, n), "The CIFAR-100 file")
     train, test = (_cifar_file(os.path.join(root, n), 2, 100, "CIFAR-100") for n in ("train.bin", "test.bin"))
     names_file = os.path.join(root, "fine_label_names.txt")
     names = None
-    if os.path.isfile(names_file):
+    if os.path.lexists(names_file):
+        _need_file(names_file, "The class names file")
         with open(names_file) as f:
             names = [line.strip() for line in f if line.strip()] or None
         if names is not None and len(names) != 100:
@@ -339,23 +434,36 @@ def cifar100(cfg, seed):
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
+def _mnist_labels(path: str) -> None:
+    """Check an idx1 label file's labels (MindSpore's MnistDataset reads them unchecked, and a label of
+    10 or more fails in the loss deep in training); a malformed header is left to MnistDataset's own check."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size < 8 or int.from_bytes(raw[:4].tobytes(), "big") != 2049:
+        return
+    check_labels(raw[8:], 10, repr(path))
+
+
 def mnist(cfg, seed):
     """MNIST (or Fashion-MNIST) idx files in data.root, read by MindSpore's MnistDataset: train-* for
     training, t10k-* for validation (any number of images; 28x28 gray)."""
     root = os.path.expanduser(cfg.root)
     _need_dir(root, "data.root")
-    missing = [n for n in MNIST_FILES if not os.path.isfile(os.path.join(root, n))]
+    missing = [n for n in MNIST_FILES if not os.path.lexists(os.path.join(root, n))]
     if missing:
         raise DataError(
             f"data.root {root!r} lacks the MNIST idx files {missing} (uncompressed: gunzip the downloaded *.gz)."
         )
+    for name in MNIST_FILES:
+        _need_file(os.path.join(root, name), "The MNIST file")
+    for name in MNIST_FILES[1::2]:
+        _mnist_labels(os.path.join(root, name))
     splits, sizes = {}, {}
     for usage in ("train", "test"):
         d = ds.MnistDataset(root, usage=usage, shuffle=False)
         try:
             n = d.get_dataset_size()  # reads and checks the idx headers
         except RuntimeError as e:
-            detail = " ".join(str(e).split())[:200]
+            detail = error_reason(e)
             raise DataError(
                 f"The MNIST files in {root!r} cannot be read by MindSpore's MnistDataset: {detail}"
             ) from None
@@ -378,3 +486,68 @@ SOURCES = {
     "csv": csvlist,
     "mindrecord": mindrecord,
 }
+
+
+# Fields that decide which samples synthetic generates (with the seed): equal fields, equal samples.
+_SYNTHETIC_DATA = ("num_classes", "num_samples", "image_size", "channels")
+
+
+def _listed_paths(cfg) -> Optional[dict]:
+    """{split: set of real paths} of an image folder's or CSV list's files, without decoding them;
+    None for other sources or a root that cannot be listed (the reader names that problem itself)."""
+    root = os.path.expanduser(cfg.root or "")
+    found = {}
+    try:
+        for split in ("train", "val"):
+            if cfg.name == "imagefolder":
+                folder = os.path.join(root, split)
+                paths = [
+                    e.path
+                    for c in os.scandir(folder)
+                    if c.is_dir()
+                    for e in os.scandir(c.path)
+                    if os.path.splitext(e.name)[1] in IMAGE_EXTENSIONS
+                ]
+            elif cfg.name == "csv":
+                paths = [p for p, _ in _read_list(os.path.join(root, f"{split}.csv"), root)]
+            else:
+                return None
+            found[split] = {os.path.realpath(p) for p in paths}
+    except (OSError, DataError):
+        return None
+    return found
+
+
+def training_overlap(trained, trained_seed: int, evaluated, eval_seed: int) -> Optional[dict]:
+    """How many validation samples of the data settings `evaluated` (split with eval_seed) were training
+    samples of `trained` (split with trained_seed): {"val_samples", "seen_in_training", "how"}; None
+    when the two cannot share samples or it cannot be told (other sources: their validation set is a
+    separate file or folder of the same root, or data the model never saw).
+
+    digits and synthetic split one sample pool by a permutation of the seed (`_split`), so another seed
+    or a larger val_fraction puts training samples into validation; an image folder or CSV list may
+    name the very files another root trained on.
+    """
+    if str(trained.name) != str(evaluated.name):
+        return None
+    name = str(evaluated.name)
+    if name in ("digits", "synthetic"):
+        if name == "synthetic" and (
+            trained_seed != eval_seed or any(trained[k] != evaluated[k] for k in _SYNTHETIC_DATA)
+        ):
+            return None  # generated from other settings: other samples
+        if name == "digits":
+            from sklearn.datasets import load_digits
+
+            n = len(load_digits().target)
+        else:
+            n = int(evaluated.num_samples)
+        train, _ = _split(n, trained.val_fraction, trained_seed)
+        _, val = _split(n, evaluated.val_fraction, eval_seed)
+        how = f"seed {trained_seed}, val_fraction {trained.val_fraction} -> seed {eval_seed}, {evaluated.val_fraction}"
+        return {"val_samples": int(len(val)), "seen_in_training": int(np.intersect1d(train, val).size), "how": how}
+    a, b = _listed_paths(trained), _listed_paths(evaluated)
+    if a is None or b is None:
+        return None
+    how = f"files of {evaluated.root}/val* that {trained.root} trains on"
+    return {"val_samples": len(b["val"]), "seen_in_training": len(a["train"] & b["val"]), "how": how}

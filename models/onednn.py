@@ -193,7 +193,7 @@ def library() -> str:
             if (where / name).is_file() and _loads(where / name):
                 return str(where / name)
             return _compile(compiler, dnnl, where / name)  # absent, or truncated by a killed build: (re)build
-        except PermissionError as e:  # a read-only cache (home) must not stop training: build in /tmp
+        except OSError as e:  # read-only (EROFS is no PermissionError), or full: must not stop training; try /tmp
             log.warning("model.conv=onednn: cannot write %s (%s); trying a temporary directory", where, e)
     raise ModelError(
         "model.conv=onednn: found no private writable directory to build its library in (the cache "

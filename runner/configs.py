@@ -101,11 +101,25 @@ def copy(name: str, dest: Optional[str]) -> str:
     """Copy the packaged config into dest (never over an existing file); return the path written."""
     src = source(name)
     target = destination(name, dest)
-    if os.path.exists(target):
+    if os.path.islink(target):
+        raise ConfigError(
+            f"runner-configs cp: {target} is a symbolic link (to {os.readlink(target)}); nothing was copied, "
+            "so the file it points to is untouched. Name another destination."
+        )
+    if os.path.lexists(target):
         raise ConfigError(f"runner-configs cp: {target} exists already; nothing was copied. Name another destination.")
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-    with resources.as_file(src) as path:
-        shutil.copyfile(path, target)
+    try:
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        # O_EXCL: never through a symbolic link or over a file that appeared since the check above.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        where = e.filename or target
+        raise ConfigError(
+            f"runner-configs cp: cannot create {target} ({e.strerror}: {where}); nothing was copied. A folder on "
+            "the way may be a file: name a directory, or a .yaml path under one."
+        ) from None
+    with os.fdopen(fd, "wb") as out, resources.as_file(src) as path, open(path, "rb") as f:
+        shutil.copyfileobj(f, out)
     return target
 
 

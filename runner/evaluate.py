@@ -60,6 +60,10 @@ class EvalMetrics:
     train_val_accuracy: Optional[float]  # the run's own val_accuracy, for comparison
     versions: dict
     plot: Optional[str] = None  # confusion.png
+    # Validation samples the model's weights were trained on: {"val_samples", "seen_in_training", "how"}
+    # for the run itself (always 0: more is refused) and, under "init_from", for the run it was
+    # fine-tuned from; None where the data cannot share samples with what was trained on.
+    training_overlap: Optional[dict] = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,6 +100,48 @@ def _cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(labels)), labels]
 
 
+def evaluation_overlap(run: str, cfg) -> Optional[dict]:
+    """Check that the evaluation set holds no sample the run's weights were trained on; the record for
+    metrics.json (None when nothing can overlap).
+
+    The run's own training samples: a ConfigError (data.val_fraction above the run's, for digits and
+    synthetic whose split is a permutation of the seed, or data.root naming files the run trained on),
+    since its score would be inflated by memorised samples and no honest number can come out. The
+    samples of the run that init_from fine-tuned it from: a warning and the record, as training gave.
+    """
+    from runner.datasets.sources import training_overlap
+    from runner.rundir import saved_run
+    from runner.training import finetune
+
+    trained = saved_run.load_config(run)
+    own = training_overlap(trained.data, trained.seed, cfg.data, cfg.seed)
+    if own and own["seen_in_training"]:
+        raise ConfigError(
+            f"This evaluation set would hold {own['seen_in_training']} of the run's own training samples (of "
+            f"{own['val_samples']}; {own['how']}), so its score would count memorised samples. Evaluate on the "
+            f"run's validation data: for data={trained.data.name} keep data.val_fraction at most the run's "
+            f"{trained.data.val_fraction} (a smaller one is a subset of it), or name data the run never trained on."
+        )
+    record = {**own} if own else {}
+    if cfg.init_from:
+        try:
+            source = finetune.training_overlap(cfg.init_from, cfg.data, cfg.seed)
+        except ConfigError:
+            source = None  # the source run is gone: nothing to compare with
+        if source:
+            record["init_from"] = source
+            if source["seen_in_training"]:
+                log.warning(
+                    "%d of the %d evaluated samples are training samples of %s, which this run was fine-tuned "
+                    "from (init_from; %s): the score overstates the model.",
+                    source["seen_in_training"],
+                    source["val_samples"],
+                    source["source"],
+                    source["how"],
+                )
+    return record or None
+
+
 def evaluate(app, out_dir: str) -> EvalMetrics:
     """Evaluate a checkpoint of app.run on its validation data; write the metrics into out_dir and return them."""
     from runner import saved_model
@@ -111,6 +157,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     if str(app.classes) not in ("strict", "by_name"):
         raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
     recorded = saved_run.recorded_classes(app.run)
+    overlap = evaluation_overlap(app.run, saved_run.load_config(app.run, app.data))
     saved = saved_model.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
     mapping = saved_run.match_classes(
@@ -150,6 +197,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
         device_target=target,
         train_val_accuracy=train_acc,
         versions=versions(),
+        training_overlap=overlap,
     )
     title = f"{cfg.model.name} on {metrics.data} val: top-1 {result['top1']:.4f} ({os.path.basename(ckpt['path'])})"
     metrics.plot = confusion_plot(result["confusion"], os.path.join(out_dir, "confusion.png"), title)

@@ -42,17 +42,11 @@ def shown(path: str) -> str:
 
 
 def _not_regular(path: str) -> Optional[str]:
-    """Why path cannot be read as an image file (a FIFO would block the reader forever), or None."""
-    import stat
+    """Why path cannot be read as an image file (a FIFO would block the reader forever), or None: the
+    data readers' own rule (runner.datasets.errors.not_regular)."""
+    from runner.datasets.errors import not_regular
 
-    try:
-        mode = os.stat(path).st_mode  # follows symbolic links: a link to a regular file is read
-    except OSError as e:
-        return f"cannot be opened ({e.strerror})" if not os.path.islink(path) else "a symbolic link to nowhere"
-    if stat.S_ISREG(mode):
-        return None
-    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
-    return f"not a regular file ({kind})"
+    return not_regular(path)
 
 
 def find_images(path: str) -> Tuple[list, list]:

@@ -208,7 +208,7 @@ def test_a_csv_list_with_integer_labels_and_its_mistakes(tmp_path):
     (tmp_path / "val.csv").write_text(f"{paths[2]},2,extra\n")
     with pytest.raises(DataError, match=r"val.csv:1: expected `path,label`"):
         build("data=csv", f"data.root={tmp_path}")
-    (tmp_path / "val.csv").write_text(f"{paths[2]},2\nimg/missing.png,1\n")
+    (tmp_path / "val.csv").write_text(f"{paths[2]},2\nimg/missing.png,0\n")
     with pytest.raises(DataError, match="missing.png"):
         build("data=csv", f"data.root={tmp_path}")
     skipped = build("data=csv", f"data.root={tmp_path}", "data.on_bad_sample=skip", "batch_size=1", *RAW1)

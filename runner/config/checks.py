@@ -201,6 +201,7 @@ def _problems(cfg):
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)
+    yield from _range_problems(cfg)
     pr = cfg.profile
     if pr.steps < 0 or pr.start_step < 1:
         yield f"profile.steps must be >= 0 (0: off) and profile.start_step >= 1, got {pr.steps} and {pr.start_step}"
@@ -289,6 +290,71 @@ def _augment_problems(cfg):
         yield (
             f"augment.color_jitter_hue={a.color_jitter_hue} does nothing to gray images (data.channels=1); remove it"
         )
+
+
+# MindSpore's vision ops refuse sizes, ratios and scales beyond float32's exact integers
+# (mindspore/dataset/core/validator_helpers.py FLOAT_MAX_INTEGER) and counts beyond int32, with a
+# ValueError of their own deep in the pipeline; checked here first.
+FLOAT_MAX_INTEGER = 16_777_216
+INT32_MAX = 2**31 - 1
+# synthetic data is built in memory as int64 arrays (datasets/sources.py): a bound on its values.
+SYNTHETIC_MAX_VALUES = 2**27
+
+
+def _range_problems(cfg):
+    """The numeric settings no other check bounds: each within what its consumer (MindSpore, msrun,
+    numpy) accepts, so a typo is refused here in one sentence rather than deep inside MindSpore."""
+
+    def within(name, value, lo, hi):
+        if value is not None and not lo <= value <= hi:
+            yield f"{name} must be in [{lo}, {hi}], got {value}"
+
+    d, p, a = cfg.data, cfg.padding, cfg.augment
+    if d.name == "synthetic":
+        yield from within("data.num_classes", d.num_classes, 2, 100_000)
+        yield from within("data.num_samples", d.num_samples, 2, INT32_MAX)
+        yield from within("data.image_size", d.image_size, 1, FLOAT_MAX_INTEGER)
+        values = d.num_samples * d.image_size**2 * d.channels
+        if values > SYNTHETIC_MAX_VALUES:
+            yield (
+                f"data=synthetic of data.num_samples={d.num_samples} images of {d.image_size}x{d.image_size}x"
+                f"{d.channels} is {values} values, beyond the {SYNTHETIC_MAX_VALUES} it builds in memory"
+            )
+    for i, (m, sd) in enumerate(zip(d.mean, d.std)):
+        # Normalize runs on images scaled to [0, 1]; MindSpore accepts mean in [0, 255], std in (0, 255].
+        yield from within(f"data.mean[{i}]", m, 0, 255)
+        yield from within(f"data.std[{i}]", sd, 0, 255)
+    if d.input_scale <= 0:
+        yield f"data.input_scale must be positive, got {d.input_scale}"
+    if p.name == "fixed":
+        yield from within("padding.height", p.height, 1, FLOAT_MAX_INTEGER)
+        yield from within("padding.width", p.width, 1, FLOAT_MAX_INTEGER)
+    if p.name == "bucket" and list(p.buckets):
+        yield from within("padding.buckets[-1]", list(p.buckets)[-1], 1, FLOAT_MAX_INTEGER)
+    if a.crop_padding > 0 and p.name == "fixed" and a.crop_padding > max(p.height, p.width):
+        yield (
+            f"augment.crop_padding={a.crop_padding} pads more than the {p.height}x{p.width} input on each side, so "
+            "most crops would hold no image; use at most the input's side"
+        )
+    if a.resized_crop and len(a.crop_ratio) == 2:
+        yield from within("augment.crop_ratio[1]", a.crop_ratio[1], 0, FLOAT_MAX_INTEGER)
+    yield from within("augment.randaugment_num_ops", a.randaugment_num_ops, 0, INT32_MAX)
+    yield from within("augment.num_magnitude_bins", a.num_magnitude_bins, 2, INT32_MAX)
+    yield from within("batch_size", cfg.batch_size, 1, INT32_MAX)
+    yield from within("device.id", cfg.device.id, 0, 4095)
+    dist = cfg.distributed
+    yield from within("distributed.workers", dist.workers, 1, 65535)
+    yield from within("distributed.local_workers", dist.local_workers, 1, dist.workers)
+    yield from within("distributed.node_rank", dist.node_rank, 0, 65535)
+    yield from within("distributed.timeout_s", dist.timeout_s, 1, 86400)
+    yield from within("checkpoint.every_epochs", cfg.checkpoint.every_epochs, 0, INT32_MAX)
+    dg = cfg.diagnose
+    yield from within("diagnose.every", dg.every, 1, INT32_MAX)
+    yield from within("diagnose.patience", dg.patience, 1, INT32_MAX)
+    yield from within("diagnose.max_islands", dg.max_islands, 0, 1000)
+    if cfg.ladder is not None:
+        yield from within("ladder.batch_size", cfg.ladder.batch_size, 1, INT32_MAX)
+        yield from within("ladder.large_batch_size", cfg.ladder.large_batch_size, 1, INT32_MAX)
 
 
 def _resized_crop_problems(cfg):

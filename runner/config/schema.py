@@ -163,7 +163,7 @@ class DistributedConfig:
 @dataclass
 class CheckpointConfig:
     every_epochs: int = 1  # save a resumable checkpoint every N epochs; 0 = only on a signal
-    keep_last: int = 2  # resumable checkpoints kept besides the best one
+    keep_last: int = 2  # the latest resumable checkpoints kept, besides the best (one that is both counts once)
     keep_best: bool = True  # also keep the best checkpoint by `monitor`
     top_k: int = 1  # with keep_best: keep the k best checkpoints by `monitor` (besides keep_last)
     # What "best" means; auto: early_stop.monitor when set, else val_accuracy with

@@ -91,8 +91,26 @@ def check_new_dir(directory: str, what: str) -> None:
         )
 
 
+def _not_a_directory(path: str) -> Optional[str]:
+    """The path (path itself or the first existing folder above it) that is no directory, or None."""
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None if os.path.isdir(path) else path
+
+
 def check_foreign(run_dir: str, setting: str) -> None:
-    """UserError when run_dir holds files and none of this runner's: a run never writes among someone else's."""
+    """UserError when run_dir is a file or lies under one, or holds files and none of this runner's: a run
+    never writes among someone else's."""
+    blocker = _not_a_directory(run_dir)
+    if blocker:
+        where = "is" if blocker == run_dir else f"lies under {blocker!r}, which is"
+        raise UserError(
+            f"{setting} {run_dir!r} {where} not a directory but a file; a run writes its files into a "
+            f"directory. Nothing was written: choose another {setting}."
+        )
     if os.path.isdir(run_dir) and os.listdir(run_dir) and not ours(run_dir):
         raise UserError(
             f"{run_dir} holds files that are not a run of this runner ({', '.join(sorted(os.listdir(run_dir))[:3])}, "

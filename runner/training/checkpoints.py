@@ -188,7 +188,9 @@ class Checkpointer(Callback):
         if self.enters_top(value):
             self._rank({"file": name, "monitor": self.score.name, "value": value, "global_step": step})
         best = {b["file"] for b in self.top}
-        recent = [n for n in self.kept if n not in best][-max(1, self.cfg.keep_last) :]
+        # The keep_last latest files, best or not: a latest checkpoint that is also the best counts
+        # once, so top_k=1 keep_last=1 keeps one file, not the best plus the one before it.
+        recent = self.kept[-max(1, self.cfg.keep_last) :]
         dropped = [n for n in self.kept if n not in best and n not in recent]
         self.kept = [n for n in self.kept if n not in dropped]
         state = {

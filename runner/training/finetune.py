@@ -9,6 +9,7 @@ import logging
 import os
 from typing import Optional
 
+from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
 from runner.rundir.saved_run import CLASSES, recorded_classes, source_path
 from runner.training.checkpoints import usable_weights
@@ -46,6 +47,34 @@ def _source_classes(path: str) -> Optional[list]:
     if os.path.basename(folder) == "checkpoints":
         folder = os.path.dirname(folder)
     return recorded_classes(folder) if os.path.isfile(os.path.join(folder, CLASSES)) else None
+
+
+def source_run(path: str) -> Optional[str]:
+    """The run directory that wrote the checkpoint at path (beside its config.yaml), or None."""
+    from runner.rundir.layout import CONFIG
+
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) == "checkpoints":
+        folder = os.path.dirname(folder)
+    return folder if os.path.isfile(os.path.join(folder, CONFIG)) else None
+
+
+def training_overlap(init_from: str, data, seed: int) -> Optional[dict]:
+    """How many validation samples of `data` (split with `seed`) the init_from checkpoint's run trained
+    on (runner.datasets.sources.training_overlap), with `source` added; None when that run's config is
+    unknown (a bare .ckpt) or the two data cannot share samples."""
+    from runner.datasets.sources import training_overlap as overlap
+    from runner.rundir.saved_run import load_config
+
+    run = source_run(source_path(init_from))
+    if run is None:
+        return None
+    try:
+        trained = load_config(run)
+    except ConfigError:
+        return None  # a config of another version: nothing to compare with
+    found = overlap(trained.data, trained.seed, data, seed)
+    return {**found, "source": run} if found else None
 
 
 def _match_head(mine: dict, values: dict, source: Optional[list], classes: Optional[list]) -> Optional[dict]:
@@ -100,7 +129,7 @@ def load_matching(net, init_from: str, classes: Optional[list] = None) -> dict:
         params = ms.load_checkpoint(path)
     except (ValueError, RuntimeError, OSError) as e:
         raise ConfigError(
-            f"init_from={init_from}: {path} cannot be read as a MindSpore checkpoint ({str(e).splitlines()[0]})."
+            f"init_from={init_from}: {path} cannot be read as a MindSpore checkpoint ({error_reason(e)})."
         ) from None
     mine = net.parameters_dict()
     values, adapted = {}, []
@@ -182,15 +211,34 @@ def freeze(net, patterns) -> dict:
     return {"frozen": names, "frozen_parameters": count}
 
 
-def prepare(net, init_from: Optional[str], freeze_patterns, classes: Optional[list] = None) -> Optional[dict]:
+def prepare(
+    net, init_from: Optional[str], freeze_patterns, classes: Optional[list] = None, data=None, seed: int = 0
+) -> Optional[dict]:
     """init_from then optim.freeze on a freshly built network; metrics.json's `fine_tune` record (or None).
 
-    classes: the training data's class names (None where it names none)."""
+    classes: the training data's class names (None where it names none). data, seed: this run's data
+    settings and seed; when the init_from run trained on samples this run validates on (another seed or
+    split of the same data, or the same files), its validation scores are inflated by what the weights
+    memorised: a warning says so, and the record's `validation_overlap` counts them.
+    """
     if not init_from and not freeze_patterns:
         return None
     record = {"init_from": None, "loaded": [], "adapted": [], "reinitialised": [], "unused": []}
     if init_from:
         record.update(load_matching(net, init_from, classes))
+        overlap = training_overlap(init_from, data, seed) if data is not None else None
+        if overlap is not None:
+            record["validation_overlap"] = overlap
+        if overlap and overlap["seen_in_training"]:
+            log.warning(
+                "init_from: %d of this run's %d validation samples are training samples of %s (%s): its "
+                "val_accuracy and val_loss measure memorised samples too and overstate the model. Validate on "
+                "data the source never trained on (the same seed and data.val_fraction for digits/synthetic).",
+                overlap["seen_in_training"],
+                overlap["val_samples"],
+                overlap["source"],
+                overlap["how"],
+            )
     record.update(freeze(net, freeze_patterns) if freeze_patterns else {"frozen": [], "frozen_parameters": 0})
     fixed_random = [
         p.name

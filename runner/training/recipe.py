@@ -231,7 +231,8 @@ class Recipe:
                 self.cfg.model.num_classes - data.num_classes,
             )
         # before the optimizer takes the trainable params
-        self.fine_tune = prepare(net, self.cfg.init_from, self.cfg.optim.freeze, data.class_names)
+        c = self.cfg
+        self.fine_tune = prepare(net, c.init_from, c.optim.freeze, data.class_names, c.data, c.seed)
 
     def build_training(self) -> None:
         """The steps that really run, the optimizer and the AMP train and eval Models."""
@@ -373,10 +374,12 @@ class Recipe:
                     **self.watch.fit_args(self.data.val),
                 )
         except (RuntimeError, MemoryError) as e:
-            oom = as_out_of_memory(e, self.env.batch)
-            if oom is None:
+            from runner.datasets.sources import data_changed
+
+            known = as_out_of_memory(e, self.env.batch) or data_changed(e)
+            if known is None:
                 raise
-            raise oom from None
+            raise known from None
         except OSError as e:  # a checkpoint written during training (disk full, directory gone)
             raise UserError(
                 f"Could not write a checkpoint in {self.env.run_dir}: {e}. Earlier checkpoints are intact."
