@@ -48,7 +48,9 @@ def not_regular(path: str) -> Optional[str]:
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
-        return f"cannot be opened ({e.strerror})" if not os.path.islink(path) else "a symbolic link to nowhere"
+        if os.path.islink(path):  # the target named: the user can see which file went missing
+            return f"a symbolic link to nowhere ({os.readlink(path)} does not exist)"
+        return f"cannot be opened ({e.strerror})"
     if stat.S_ISREG(mode):
         return None
     kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
