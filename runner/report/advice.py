@@ -37,12 +37,12 @@ def run_notes(m) -> list:
         share = f"{native:.0%} of the convolution FLOPs ran MindSpore's own Conv2D"
         conv = m.conv or {}
         if conv.get("asked") == "best" and conv.get("cost"):  # the default fell back, and it cost speed
-            notes.append(f"{share}: {conv['reason']}; {conv['cost']} (BENCHMARKS.md).")
+            notes.append(f"{share}: {conv['reason']}; {conv['cost']}.")
         elif conv.get("asked") != "best" and conv.get("onednn_pays"):  # pinned to a slower path on this CPU
             notes.append(
                 f"{share} (model.conv={conv.get('asked')}); on this CPU the default, model.conv=best, runs oneDNN's "
-                f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs, "
-                "BENCHMARKS.md)."
+                f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs "
+                "in the runner's benchmarks)."
             )
     after = m.train_seconds - m.first_call_seconds
     if m.mode in ("graph", "jit") and m.compile_seconds > after:
