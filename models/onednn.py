@@ -54,7 +54,7 @@ THREADS_VAR = "MINDSPORE_RUNNER_ONEDNN_THREADS"
 # "model.conv"). Below AVX2 (SSE4.1-only x86, other architectures) nothing was measured: native.
 FAST_ISA_FLAGS = ("avx2", "fma")  # /proc/cpuinfo names; AVX-512 CPUs have them too
 SLOW_CAPS = ("SSE41", "AVX")  # ONEDNN_MAX_CPU_ISA values below AVX2
-LOST = "native convolutions trained ResNet-18 1.6x (AVX2) to 2.2x (AVX-512) slower than onednn in the runner's benchmarks"
+LOST = "native convolutions trained ResNet-18 1.6x (AVX2) to 2.2x (AVX-512) slower than onednn"
 
 
 @dataclass(frozen=True)

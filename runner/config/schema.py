@@ -26,6 +26,13 @@ class Mode(Choice):
     jit = "jit"
 
 
+class JitLevel(Choice):
+    auto = "auto"  # MindSpore's own choice for the device (O0 on CPU and GPU)
+    O0 = "O0"  # kernel by kernel
+    O1 = "O1"  # with operator fusion
+    O2 = "O2"  # the whole graph sunk to the device: Ascend only
+
+
 class AmpLevel(Choice):
     O0 = "O0"
     O1 = "O1"
@@ -84,6 +91,8 @@ class WandbMode(Choice):
 @dataclass
 class ModeConfig:
     name: Mode = MISSING
+    # graph and jit: MindSpore's compilation level (jit_config / mindspore.jit's jit_level); pynative compiles nothing.
+    jit_level: JitLevel = JitLevel.auto
 
 
 @dataclass

@@ -76,7 +76,29 @@ def sweep_notes(rows: list) -> list:
                         f"{max(saved, 0):.1f} s of steps against pynative (#{a.job}): the compile did not pay for "
                         f"itself over {mb.steps} steps."
                     )
+            if groups == {"mode"} and ma.mode == mb.mode and (ma.jit_level, mb.jit_level) in JIT_PAIRS:
+                notes.append(_jit_level_note(a, b))
     return notes
+
+
+# (from, to) mode.jit_level pairs the sweep notes compare, each once: the default against a chosen level.
+JIT_PAIRS = {("auto", "O0"), ("auto", "O1"), ("O0", "O1"), ("auto", "O2"), ("O0", "O2"), ("O1", "O2")}
+
+
+def _jit_level_note(a, b) -> str:
+    """Which of two jobs that differ only in mode.jit_level paid: compile time plus the steps' time."""
+    ma, mb = a.metrics, b.metrics
+
+    def total(m):
+        return m.compile_seconds + m.step_time_median_ms / 1000 * m.steps
+
+    faster = b if total(mb) < total(ma) else a
+    return (
+        f"mode.jit_level={mb.jit_level} (#{b.job}) compiled in {mb.compile_seconds:.1f} s and stepped in "
+        f"{mb.step_time_median_ms:.1f} ms, against {ma.jit_level} (#{a.job}) {ma.compile_seconds:.1f} s and "
+        f"{ma.step_time_median_ms:.1f} ms on {mb.device_target}: over {mb.steps} steps "
+        f"jit_level={faster.metrics.jit_level} was faster."
+    )
 
 
 def _diff(a: dict, b: dict) -> set:

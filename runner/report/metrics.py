@@ -57,6 +57,7 @@ class RunMetrics:
     diagnose: Optional[dict] = None  # diagnose=on: gradient statistics file and counts
     # what ran
     mode: str = ""
+    jit_level: str = "auto"  # mode.jit_level: O0, O1, O2, or auto (MindSpore's default; always auto in pynative)
     device_target: str = ""
     cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
     conv: dict = field(default_factory=dict)  # model.conv: asked, path (as run), reason, cost of a fallback

@@ -50,6 +50,7 @@ class Env:
     world: int
     batch: int  # this rank's share of batch_size
     conv: dict  # model.conv as run: asked, path, reason, cost (environment.choose_conv)
+    jit_level: str = "auto"  # mode.jit_level as run ("auto" in pynative, which compiles nothing)
     threads: Optional[int] = None  # CPU threads of this rank when ranks share the host (distributed.rank_threads)
 
 
@@ -150,7 +151,7 @@ def environment(cfg, run_dir: str) -> Env:
 
         write_config(run_dir, cfg)
     batch = distributed.local_batch(cfg.batch_size, world)
-    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, threads)
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), threads)
 
 
 class Recipe:
@@ -261,6 +262,7 @@ class Recipe:
             update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
             label_smoothing=cfg.loss.label_smoothing,
             metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
+            jit_level=env.jit_level,
         )
         if trainer.used.amp_level_used != "O0" and env.target == "CPU":
             log.warning(
@@ -437,6 +439,7 @@ class Recipe:
             nan_guard=guard_metrics(o.postmortem),
             diagnose=self.guarding.grad_stats.summary() if self.guarding.grad_stats else None,
             mode=env.mode,
+            jit_level=env.jit_level,
             device_target=env.target,
             cpu_isa=env.isa,
             conv=env.conv,
