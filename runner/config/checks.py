@@ -204,6 +204,8 @@ def _problems(cfg):
         yield f"data={cfg.data.name} needs data.root"
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)
+    if not cfg.compile_cache.enabled and cfg.compile_cache.dir is not None:
+        yield f"compile_cache.dir={cfg.compile_cache.dir} does nothing with compile_cache.enabled=false; remove one"
     pr = cfg.profile
     if pr.steps < 0 or pr.start_step < 1:
         yield f"profile.steps must be >= 0 (0: off) and profile.start_step >= 1, got {pr.steps} and {pr.start_step}"

@@ -253,6 +253,14 @@ class LadderConfig:
 
 
 @dataclass
+class CompileCacheConfig:
+    # MindSpore's compile cache, one directory per key of what makes the graphs (runner/training/compile_cache.py):
+    # graph and jit modes with padding=fixed, the first run of a process.
+    enabled: bool = True
+    dir: Optional[str] = None  # None: $XDG_CACHE_HOME (or ~/.cache)/mindspore-runner/compile-cache
+
+
+@dataclass
 class LossConfig:
     label_smoothing: float = 0.0  # training loss only; evaluation reports plain cross entropy
 
@@ -288,6 +296,7 @@ class Config:
     augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
     loss: LossConfig = field(default_factory=LossConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
 
 
 def register() -> None:

@@ -36,6 +36,9 @@ class RunMetrics:
     step_time_ms_curve: List[float] = field(default_factory=list)  # ms per step, per step call
     # compiles and shapes
     compile_count: int = 0  # training-graph compiles (0 in PyNative)
+    # MindSpore's compile cache: state (hit, miss, off), dir, key, graphs, compile_seconds_without_cache
+    # (the run that filled it), compile_seconds_with_cache (a hit); reason when off
+    compile_cache: dict = field(default_factory=dict)
     distinct_input_shapes: int = 0
     input_shapes: Dict[str, int] = field(default_factory=dict)  # "NxCxHxW" -> batches
     padding: dict = field(default_factory=dict)  # the padding plan: sizes, padded pixels, dropped samples

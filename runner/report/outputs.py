@@ -106,9 +106,11 @@ def summary_line(m: RunMetrics) -> str:
     prof = m.profile or {}
     profiled = f"profile: {prof['dir']} | " if prof.get("recorded") else ""
     jit = f" (jit_level {m.jit_level})" if m.jit_level != "auto" else ""
+    state = (m.compile_cache or {}).get("state")
+    cached = f", cache {state}" if state in ("hit", "miss") else ""
     return (
         f"{acc} | train_loss {m.final_loss:.4f} (last step) | compile {m.compile_seconds:.2f} s "
-        f"({m.compile_count}x) | step {m.step_time_median_ms:.1f} ms (median) "
+        f"({m.compile_count}x{cached}) | step {m.step_time_median_ms:.1f} ms (median) "
         f"{m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops} | "
         f"peak RSS {m.peak_host_memory_mb:.0f} MB | "
         f"{m.mode}{jit} {m.amp_level_used} on {m.device_target} | {profiled}outputs: {m.run_dir}"

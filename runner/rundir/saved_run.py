@@ -129,12 +129,39 @@ def load_config(run_dir: str, data_overrides=None):
     return cfg
 
 
-def set_up_device(cfg) -> str:
-    """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target."""
+def set_up_device(cfg, purpose: Optional[str] = None, extra: Optional[dict] = None) -> str:
+    """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target.
+
+    purpose (evaluate, export): the command, whose graphs get a compile-cache directory of their own,
+    keyed on the run's config and the command's settings in `extra` (runner/training/compile_cache.py)."""
+    from runner.training import compile_cache
     from runner.training.environment import setup
 
     before_mindspore(cfg)
-    return setup(cfg.device, cfg.mode, cfg.seed, training=False)
+    target = setup(cfg.device, cfg.mode, cfg.seed, training=False)
+    if purpose is not None:
+        isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
+        _cache[purpose] = compile_cache.prepare(
+            cfg, purpose=purpose, target=target, conv=str(cfg.model.conv), isa=str(isa), extra=extra
+        )
+    return target
+
+
+_cache: dict = {}  # purpose -> compile_cache.prepare's record, for cache_done
+
+
+def cache_done(purpose: str) -> dict:
+    """What the compile cache did for this command's graphs (said in one line); {} when it was not set up."""
+    from runner.training import compile_cache
+
+    record = _cache.pop(purpose, None)
+    if record is None:
+        return {}
+    state = compile_cache.finish(record, None, "")
+    said = compile_cache.line(state)
+    if said:
+        log.info(said)
+    return state
 
 
 def before_mindspore(cfg) -> None:
@@ -286,11 +313,14 @@ class SavedRun:
     checkpoint: dict  # {"path", "parameters"}
 
 
-def open_run(run_dir: str, ckpt: str, cfg, batch_size: Optional[int] = None) -> SavedRun:
+def open_run(
+    run_dir: str, ckpt: str, cfg, batch_size: Optional[int] = None, purpose: Optional[str] = None, extra=None
+) -> SavedRun:
     """Context, data and network of a run whose config load_config returned, with the checkpoint `ckpt`
-    names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned."""
+    names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned.
+    purpose, extra: set_up_device's (the command's compile-cache directory)."""
     path = checkpoint_path(run_dir, ckpt)
-    target = set_up_device(cfg)
+    target = set_up_device(cfg, purpose, extra)
     params = read_checkpoint(path)
     data, net = build(cfg, batch_size, (read_classes(run_dir) or {}).get("num_classes"))
     record = load_weights(net, params, path, cfg)
