@@ -40,10 +40,11 @@ def run(model: str, overrides: list, size: int, samples: int, cache: Path, out: 
         "eval=false",
         "save_checkpoint=false",
         "log_every=1000",
-        f"compile_cache.dir={cache}",
         f"hydra.run.dir={out}",
         *overrides,
     ]
+    if "compile_cache.enabled=false" not in overrides:  # a dir with the cache off is refused
+        cmd.append(f"compile_cache.dir={cache}")
     subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
     return json.loads((out / "metrics.json").read_text())
 
@@ -51,6 +52,7 @@ def run(model: str, overrides: list, size: int, samples: int, cache: Path, out: 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["resnet18", "resnet50"])
+    p.add_argument("--runs", type=int, default=len(RUNS), help="the first N runs of RUNS per model")
     p.add_argument("--size", type=int, default=32)
     p.add_argument("--samples", type=int, default=160)
     a = p.parse_args()
@@ -58,7 +60,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for model in a.models:
-            for i, (label, overrides) in enumerate(RUNS):
+            for i, (label, overrides) in enumerate(RUNS[: a.runs]):
                 m = run(model, overrides, a.size, a.samples, Path(tmp) / "cache", Path(tmp) / f"{model}-{i}")
                 state = m["compile_cache"].get("state", "")
                 print(
