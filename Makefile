@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow test-all lint format docs docs-serve bench clean
+.PHONY: run test test-slow test-all test-compat lint format docs docs-serve bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,25 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -m '' -n auto
 
+# The compatibility subset (pytest -m compat: compose, train in graph and pynative, AMP O2 with a dynamic
+# loss scale, resume, evaluate, MINDIR export, a sweep) on each MindSpore release the package index offers,
+# one venv per version under .compat/ (kept: the next call reuses it). Each install downloads ~300 MB.
+# Results and times: docs/mindspore-versions.md. One version: make test-compat COMPAT_VERSIONS=2.7.0
+COMPAT_VERSIONS ?= 2.7.0 2.8.0 2.9.0 2.10.0
+test-compat: $(STAMP)
+	@fail=; for v in $(COMPAT_VERSIONS); do \
+	  venv=.compat/ms-$$v; \
+	  if [ ! -f $$venv/.installed ]; then \
+	    $(VENV)/bin/uv venv -q --python $(PY) $$venv && \
+	    $(VENV)/bin/uv pip install -q --python $$venv/bin/python -e . "mindspore==$$v" "numpy<2" pytest && \
+	    touch $$venv/.installed || exit 1; \
+	  fi; \
+	  start=$$(date +%s); \
+	  $$venv/bin/python -m pytest -p no:xdist -m compat -q tests || fail="$$fail $$v"; \
+	  echo "MindSpore $$v: the compatibility subset took $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$fail" ]; then echo "failed on MindSpore$$fail"; exit 1; fi
+
 # .pre-commit-config.yaml runs the same three commands.
 lint: $(STAMP)
 	$(PY) -m ruff format --check . && $(PY) -m ruff check . && $(PY) -m mypy
@@ -44,4 +63,4 @@ format: $(STAMP)
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
 
 clean:
-	rm -rf $(VENV) outputs site
+	rm -rf $(VENV) .compat outputs site

@@ -15,6 +15,7 @@ model.conv=best, the default: this path wherever it pays and builds, else native
 
 import ctypes
 import hashlib
+import importlib.metadata
 import importlib.util
 import logging
 import os
@@ -53,7 +54,7 @@ THREADS_VAR = "MINDSPORE_RUNNER_ONEDNN_THREADS"
 # "model.conv"). Below AVX2 (SSE4.1-only x86, other architectures) nothing was measured: native.
 FAST_ISA_FLAGS = ("avx2", "fma")  # /proc/cpuinfo names; AVX-512 CPUs have them too
 SLOW_CAPS = ("SSE41", "AVX")  # ONEDNN_MAX_CPU_ISA values below AVX2
-LOST = "native convolutions trained ResNet-18 1.6x (AVX2) to 2.2x (AVX-512) slower than onednn (BENCHMARKS.md)"
+LOST = "native convolutions trained ResNet-18 1.6x (AVX2) to 2.2x (AVX-512) slower than onednn"
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,12 @@ def mindspore_onednn() -> Path:
         raise ModelError("model.conv=onednn calls the oneDNN library MindSpore ships, and MindSpore is not installed.")
     path = Path(where[0]) / "lib" / "libdnnl.so.3"
     if not path.is_file():
+        # MindSpore 2.7 ships oneDNN 2.x as lib/libdnnl.so.2 (docs/mindspore-notes.md#versions).
+        found = sorted(p.name for p in path.parent.glob("libdnnl.so*"))
+        has = f"ships {', '.join(found)}" if found else "ships no oneDNN library"
         raise ModelError(
-            f"model.conv=onednn calls the oneDNN library MindSpore ships, and this MindSpore has none at {path}. "
-            "Use model.conv=native or auto."
+            f"model.conv=onednn calls the oneDNN 3.x library MindSpore ships (lib/libdnnl.so.3), and MindSpore "
+            f"{mindspore_version()} {has}. Use model.conv=native or auto."
         )
     lib = ctypes.CDLL(str(path))
     lib.dnnl_version.restype = ctypes.POINTER(_Version)
@@ -157,6 +161,14 @@ def mindspore_onednn() -> Path:
             "Use model.conv=native or auto."
         )
     return path
+
+
+def mindspore_version() -> str:
+    """The installed MindSpore's version from its distribution metadata (no import), or "(unknown version)"."""
+    try:
+        return importlib.metadata.version("mindspore")
+    except importlib.metadata.PackageNotFoundError:
+        return "(unknown version)"
 
 
 def find_compiler() -> str:

@@ -158,7 +158,11 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
         raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
     recorded = saved_run.recorded_classes(app.run)
     overlap = evaluation_overlap(app.run, saved_run.load_config(app.run, app.data))
-    saved = saved_model.open_run(app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size)
+    settings = OmegaConf.to_container(app, enum_to_str=True)
+    settings = {k: settings.get(k) for k in ("batch_size", "use_amp", "data")}  # what reaches the graphs
+    saved = saved_model.open_run(
+        app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size, "evaluate", settings
+    )
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
     mapping = saved_run.match_classes(
         recorded,
@@ -173,6 +177,7 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
         labels = mapping[labels]
         loss = batch_mean = float(np.mean(_cross_entropy(logits, labels)))
+    saved_model.cache_done("evaluate")
     names = saved_run.class_names(data, logits.shape[1], recorded)
     result = scores(logits, labels, names)
     trained = RunDir(app.run).metrics

@@ -190,7 +190,8 @@ def export(app, out_dir: str) -> dict:
     # The file holds MindSpore's own Conv2D whatever model.conv trained: onednn's AOT operator is a path to
     # a library on this machine and gemm's im2col matrices are large constants. Parameters are the same.
     cfg.model.conv = "native"
-    saved = saved_model.open_run(app.run, app.ckpt, cfg)
+    settings = {"format": fmt, "batch_size": app.batch_size, "parity_samples": app.parity_samples}
+    saved = saved_model.open_run(app.run, app.ckpt, cfg, None, "export", settings)
     target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
     import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded
 
@@ -245,6 +246,7 @@ def export(app, out_dir: str) -> dict:
             "padding": saved_run.padding_record(cfg.padding),
         },
         "versions": {**versions(), **_format_versions(fmt)},
+        "compile_cache": saved_model.cache_done("export"),
     }
     write_json(os.path.join(out_dir, "export.json"), result)
     if not ok:

@@ -23,10 +23,38 @@ from runner.training.environment import cap_cpu_isa, choose_conv, setup
 log = logging.getLogger("runner")
 
 
-def set_up_device(cfg: Any) -> str:
-    """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target."""
+def set_up_device(cfg: Any, purpose: Optional[str] = None, extra: Optional[Dict[str, Any]] = None) -> str:
+    """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target.
+
+    purpose (evaluate, export): the command, whose graphs get a compile-cache directory of their own,
+    keyed on the run's config and the command's settings in `extra` (runner/training/compile_cache.py)."""
+    from runner.training import compile_cache
+
     before_mindspore(cfg)
-    return setup(cfg.device, cfg.mode, cfg.seed, training=False)
+    target = setup(cfg.device, cfg.mode, cfg.seed, training=False)
+    if purpose is not None:
+        isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
+        _cache[purpose] = compile_cache.prepare(
+            cfg, purpose=purpose, target=target, conv=str(cfg.model.conv), isa=str(isa), extra=extra
+        )
+    return target
+
+
+_cache: Dict[str, Any] = {}  # purpose -> compile_cache.prepare's record, for cache_done
+
+
+def cache_done(purpose: str) -> Dict[str, Any]:
+    """What the compile cache did for this command's graphs (said in one line); {} when it was not set up."""
+    from runner.training import compile_cache
+
+    record = _cache.pop(purpose, None)
+    if record is None:
+        return {}
+    state = compile_cache.finish(record, None, "")
+    said = compile_cache.line(state)
+    if said:
+        log.info(said)
+    return dict(state)
 
 
 def before_mindspore(cfg: Any) -> None:
@@ -104,11 +132,19 @@ class SavedRun:
     checkpoint: Dict[str, Any]  # {"path", "parameters"}
 
 
-def open_run(run_dir: str, ckpt: str, cfg: Any, batch_size: Optional[int] = None) -> SavedRun:
+def open_run(
+    run_dir: str,
+    ckpt: str,
+    cfg: Any,
+    batch_size: Optional[int] = None,
+    purpose: Optional[str] = None,
+    extra: Optional[Dict[str, Any]] = None,
+) -> SavedRun:
     """Context, data and network of a run whose config load_config returned, with the checkpoint `ckpt`
-    names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned."""
+    names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned.
+    purpose, extra: set_up_device's (the command's compile-cache directory)."""
     path = checkpoint_path(run_dir, ckpt)
-    target = set_up_device(cfg)
+    target = set_up_device(cfg, purpose, extra)
     params = read_checkpoint(path)
     data, net = build(cfg, batch_size, (read_classes(run_dir) or {}).get("num_classes"))
     record = load_weights(net, params, path, cfg)

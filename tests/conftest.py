@@ -292,6 +292,7 @@ def batches(dataset):
     return list(dataset.create_tuple_iterator(output_numpy=True))
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` (and the compat venvs) run without it
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: the CPUs this process may use (psutil's count, xdist's default, sees the host's cores
     inside a container), at most 8: each worker holds a MindSpore of its own (~0.7 GB)."""

@@ -72,17 +72,21 @@ def test_a_failed_job_is_summarised_and_the_others_run(tmp_path, tiny):
 def test_ladder_is_one_command(tmp_path, tiny):
     proc = run_cli(tmp_path, "+experiment=ladder", *tiny, "eval=false", "ladder.large_batch_size=64", multirun=True)
     rows = _summary(tmp_path)
-    assert [r["label"] for r in rows] == [f"+ladder={r}" for r in ("baseline", "graph", "amp", "batch", "sink")]
+    rungs = ("baseline", "graph", "fusion", "amp", "batch", "sink")
+    assert [r["label"] for r in rows] == [f"+ladder={r}" for r in rungs]
     assert all(r["status"] == "ok" and float(r["speedup"]) > 0 for r in rows)
-    m = [metrics(tmp_path / str(i)) for i in range(5)]
-    assert [(x["mode"], x["amp_level_used"], x["batch_size"]) for x in m] == [
-        ("pynative", "O0", 32),
-        ("graph", "O0", 32),
-        ("graph", "O2", 32),
-        ("graph", "O2", 64),
-        ("graph", "O2", 64),
+    m = [metrics(tmp_path / str(i)) for i in range(6)]
+    assert [(x["mode"], x["jit_level"], x["amp_level_used"], x["batch_size"]) for x in m] == [
+        ("pynative", "auto", "O0", 32),
+        ("graph", "auto", "O0", 32),
+        ("graph", "O1", "O0", 32),
+        ("graph", "auto", "O2", 32),
+        ("graph", "auto", "O2", 64),
+        ("graph", "auto", "O2", 64),
     ]
-    assert m[4]["sink"] == {"requested": True, "effective": False, "sink_size_requested": -1, "sink_size": -1}
+    # The rungs that differ only in mode.jit_level are compared, compile time included, in one note.
+    assert proc.stdout.count("mode.jit_level=O1 (#2) compiled in") == 1
+    assert m[5]["sink"] == {"requested": True, "effective": False, "sink_size_requested": -1, "sink_size": -1}
     assert "sink=on changed nothing" in proc.stdout
 
 

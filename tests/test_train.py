@@ -13,6 +13,7 @@ PINNED_LOSS = {1: 2.41158, 11: 0.69212, 22: 0.59729, 33: 0.24798, 44: 0.08657}
 PINNED_VAL = {"val_accuracy": 0.96100, "val_loss": 0.15746}
 
 
+@pytest.mark.compat
 @pytest.mark.cpu_only
 def test_one_epoch_loss_curve_is_pinned(tiny_run):
     m = metrics(tiny_run)
@@ -28,6 +29,7 @@ def test_one_epoch_loss_curve_is_pinned(tiny_run):
 
 
 @pytest.mark.parametrize("mode", ["pynative", "jit"])  # graph: the pinned test above
+@pytest.mark.compat
 @pytest.mark.slow
 def test_each_mode_trains(tmp_path, tiny, mode):
     run_in_process(tmp_path, f"mode={mode}", *tiny)

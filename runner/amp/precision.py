@@ -6,12 +6,12 @@ import os
 import sys
 from dataclasses import dataclass
 
-from mindspore import Model, nn
+from mindspore import JitConfig, Model, nn
 from mindspore import dtype as mstype
 from mindspore.amp import auto_mixed_precision
 
 from runner.amp.fp32_islands import keep_fp32, match_cells
-from runner.amp.train_step import FP32Logits, JitScaledTrainStep, ScaledTrainStep, drops_overflow
+from runner.amp.train_step import JIT_STEPS, FP32Logits, ScaledTrainStep, drops_overflow
 
 log = logging.getLogger("runner")
 
@@ -131,6 +131,7 @@ def build_trainer(
     metrics,
     update=None,
     label_smoothing=0.0,
+    jit_level="auto",
 ) -> Trainer:
     """Wrap net for AMP and loss scaling into train and eval Models.
 
@@ -142,6 +143,7 @@ def build_trainer(
     it uses the portable ScaledTrainStep on every backend, since MindSpore's native loss-scale cell
     returns only (loss, overflow, scale). `update` (clip_norm, accumulate, ema_decay) adds clipping,
     gradient accumulation and the weights' EMA to that step; any of them also selects it.
+    jit_level: mode.jit_level ("auto": MindSpore's default), for the graph and jit modes' compiled cells.
     """
     update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
     level = resolve_level(amp_cfg.level, device_target)
@@ -157,7 +159,7 @@ def build_trainer(
         manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
         step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
     else:
-        cls = JitScaledTrainStep if mode == "jit" else ScaledTrainStep
+        cls = JIT_STEPS[jit_level] if mode == "jit" else ScaledTrainStep
         step = cls(
             loss_net,
             optimizer,
@@ -180,5 +182,9 @@ def build_trainer(
         keep_fp32=list(amp_cfg.keep_fp32),
         drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
     )
+    if mode == "graph" and jit_level != "auto":
+        # Per cell rather than set_context(jit_config=...): the Python API may run several runs in one process.
+        for cell in (step, evaluating):
+            cell.set_jit_config(JitConfig(jit_level=jit_level))
     model = Model(step, eval_network=evaluating, metrics=metrics(), eval_indexes=[0, 1, 2])
     return Trainer(model, step, evaluator, used)

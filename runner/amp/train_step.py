@@ -222,3 +222,16 @@ class JitScaledTrainStep(ScaledTrainStep):
     @ms.jit
     def construct(self, *inputs):
         return self.step(*inputs)
+
+
+class JitO1ScaledTrainStep(ScaledTrainStep):
+    """JitScaledTrainStep compiled at jit_level O1 (operator fusion); mindspore.jit's default is O0."""
+
+    @ms.jit(jit_level="O1")
+    def construct(self, *inputs):
+        return self.step(*inputs)
+
+
+# mode=jit's train step per mode.jit_level: the level is an argument of the decorator, fixed per class.
+# mindspore.jit takes O0 or O1 only (2.7 to 2.10); runner/config/checks.py refuses mode=jit with O2.
+JIT_STEPS = {"auto": JitScaledTrainStep, "O0": JitScaledTrainStep, "O1": JitO1ScaledTrainStep}

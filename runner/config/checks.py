@@ -13,6 +13,7 @@ from runner.config.schema import (
     Config,
     DataConfig,
     LossScaleConfig,
+    ModeConfig,
     ModelConfig,
     OptimConfig,
     PaddingConfig,
@@ -32,6 +33,7 @@ def check_target(path: str, target) -> None:
 # Fields each choice reads. A field set away from its default under a choice that does not read it
 # would silently do nothing, so it is refused: (choice key, fields considered, fields read per choice).
 USES = {
+    "mode": ("mode.name", ("jit_level",), {"graph": {"jit_level"}, "jit": {"jit_level"}, "pynative": set()}),
     "padding": (
         "padding",
         ("height", "width", "method", "fill", "buckets"),
@@ -161,6 +163,7 @@ def _problems(cfg):
     if cfg.amp.loss_scale.factor <= 1:
         yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
     for section, node, defaults, kind in (
+        ("mode", cfg.mode, ModeConfig(), cfg.mode.name),
         ("data", cfg.data, DataConfig(), cfg.data.name),
         ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
         ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
@@ -185,6 +188,10 @@ def _problems(cfg):
         yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
     if cfg.optim.min_lr < 0 or cfg.optim.min_lr >= cfg.optim.lr:
         yield f"optim.min_lr must be at least 0 and below optim.lr ({cfg.optim.lr}), got {cfg.optim.min_lr}"
+    if cfg.mode.jit_level == "O2" and cfg.mode.name == "jit":
+        yield "mode.jit_level=O2 is for mode=graph: mindspore.jit (mode=jit) compiles at O0 or O1 only"
+    elif cfg.mode.jit_level == "O2" and cfg.device.target in ("cpu", "gpu"):
+        yield f"mode.jit_level=O2 (whole-graph sinking) runs on Ascend only; device={cfg.device.target} runs O0 or O1"
     yield from _optim_problems(cfg)
     yield from _model_problems(cfg.model)
     if not 0 <= cfg.seed <= SEED_MAX:
@@ -202,6 +209,8 @@ def _problems(cfg):
     yield from _watch_problems(cfg)
     yield from _augment_problems(cfg)
     yield from _range_problems(cfg)
+    if not cfg.compile_cache.enabled and cfg.compile_cache.dir is not None:
+        yield f"compile_cache.dir={cfg.compile_cache.dir} does nothing with compile_cache.enabled=false; remove one"
     pr = cfg.profile
     if pr.steps < 0 or pr.start_step < 1:
         yield f"profile.steps must be >= 0 (0: off) and profile.start_step >= 1, got {pr.steps} and {pr.start_step}"

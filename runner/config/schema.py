@@ -26,6 +26,13 @@ class Mode(Choice):
     jit = "jit"
 
 
+class JitLevel(Choice):
+    auto = "auto"  # MindSpore's own choice for the device (O0 on CPU and GPU)
+    O0 = "O0"  # kernel by kernel
+    O1 = "O1"  # with operator fusion
+    O2 = "O2"  # the whole graph sunk to the device: Ascend only
+
+
 class AmpLevel(Choice):
     O0 = "O0"
     O1 = "O1"
@@ -84,6 +91,8 @@ class WandbMode(Choice):
 @dataclass
 class ModeConfig:
     name: Mode = MISSING
+    # graph and jit: MindSpore's compilation level (jit_config / mindspore.jit's jit_level); pynative compiles nothing.
+    jit_level: JitLevel = JitLevel.auto
 
 
 @dataclass
@@ -244,6 +253,14 @@ class LadderConfig:
 
 
 @dataclass
+class CompileCacheConfig:
+    # MindSpore's compile cache, one directory per key of what makes the graphs (runner/training/compile_cache.py):
+    # graph and jit modes with padding=fixed, the first run of a process.
+    enabled: bool = True
+    dir: Optional[str] = None  # None: $XDG_CACHE_HOME (or ~/.cache)/mindspore-runner/compile-cache
+
+
+@dataclass
 class LossConfig:
     label_smoothing: float = 0.0  # training loss only; evaluation reports plain cross entropy
 
@@ -280,6 +297,7 @@ class Config:
     augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
     loss: LossConfig = field(default_factory=LossConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
 
 
 def register() -> None:

@@ -37,12 +37,12 @@ def run_notes(m) -> list:
         share = f"{native:.0%} of the convolution FLOPs ran MindSpore's own Conv2D"
         conv = m.conv or {}
         if conv.get("asked") == "best" and conv.get("cost"):  # the default fell back, and it cost speed
-            notes.append(f"{share}: {conv['reason']}; {conv['cost']} (BENCHMARKS.md).")
+            notes.append(f"{share}: {conv['reason']}; {conv['cost']}.")
         elif conv.get("asked") != "best" and conv.get("onednn_pays"):  # pinned to a slower path on this CPU
             notes.append(
                 f"{share} (model.conv={conv.get('asked')}); on this CPU the default, model.conv=best, runs oneDNN's "
-                f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs, "
-                "BENCHMARKS.md)."
+                f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs "
+                "in the runner's benchmarks)."
             )
     after = m.train_seconds - (m.first_call_seconds or 0.0)
     if m.mode in ("graph", "jit") and m.compile_seconds is not None and m.compile_seconds > after:
@@ -77,7 +77,29 @@ def sweep_notes(rows: list) -> list:
                         f"{max(saved, 0):.1f} s of steps against pynative (#{a.job}): the compile did not pay for "
                         f"itself over {mb.steps} steps."
                     )
+            if groups == {"mode"} and ma.mode == mb.mode and (ma.jit_level, mb.jit_level) in JIT_PAIRS:
+                notes.append(_jit_level_note(a, b))
     return notes
+
+
+# (from, to) mode.jit_level pairs the sweep notes compare, each once: the default against a chosen level.
+JIT_PAIRS = {("auto", "O0"), ("auto", "O1"), ("O0", "O1"), ("auto", "O2"), ("O0", "O2"), ("O1", "O2")}
+
+
+def _jit_level_note(a, b) -> str:
+    """Which of two jobs that differ only in mode.jit_level paid: compile time plus the steps' time."""
+    ma, mb = a.metrics, b.metrics
+
+    def total(m):
+        return m.compile_seconds + m.step_time_median_ms / 1000 * m.steps
+
+    faster = b if total(mb) < total(ma) else a
+    return (
+        f"mode.jit_level={mb.jit_level} (#{b.job}) compiled in {mb.compile_seconds:.1f} s and stepped in "
+        f"{mb.step_time_median_ms:.1f} ms, against {ma.jit_level} (#{a.job}) {ma.compile_seconds:.1f} s and "
+        f"{ma.step_time_median_ms:.1f} ms on {mb.device_target}: over {mb.steps} steps "
+        f"jit_level={faster.metrics.jit_level} was faster."
+    )
 
 
 def _diff(a: dict, b: dict) -> set:

@@ -41,6 +41,9 @@ class RunMetrics:
     step_time_ms_curve: List[float] = field(default_factory=list)  # ms per step, per step call
     # compiles and shapes
     compile_count: int = 0  # training-graph compiles (0 in PyNative)
+    # MindSpore's compile cache: state (hit, miss, off), dir, key, graphs, compile_seconds_without_cache
+    # (the run that filled it), compile_seconds_with_cache (a hit); reason when off
+    compile_cache: dict = field(default_factory=dict)
     distinct_input_shapes: int = 0
     input_shapes: Dict[str, int] = field(default_factory=dict)  # "NxCxHxW" -> batches
     padding: dict = field(default_factory=dict)  # the padding plan: sizes, padded pixels, dropped samples
@@ -62,6 +65,7 @@ class RunMetrics:
     diagnose: Optional[dict] = None  # diagnose=on: gradient statistics file and counts
     # what ran
     mode: str = ""
+    jit_level: str = "auto"  # mode.jit_level: O0, O1, O2, or auto (MindSpore's default; always auto in pynative)
     device_target: str = ""
     cpu_isa: dict = field(default_factory=dict)  # ONEDNN_MAX_CPU_ISA and who set it
     conv: dict = field(default_factory=dict)  # model.conv: asked, path (as run), reason, cost of a fallback

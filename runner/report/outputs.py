@@ -118,19 +118,22 @@ def summary_line(m: RunMetrics) -> str:
     gflops = f" | {f['achieved_gflops_per_s']:.1f} GFLOP/s{util}" if f.get("achieved_gflops_per_s") else ""
     prof = m.profile or {}
     profiled = f"profile: {prof['dir']} | " if prof.get("recorded") else ""
+    jit = f" (jit_level {m.jit_level})" if m.jit_level != "auto" else ""
+    state = (m.compile_cache or {}).get("state")
+    cached = f", cache {state}" if state in ("hit", "miss") else ""
     if m.step_time_median_ms is None:  # too few steps in this process to measure (timing_note says why)
-        timing = f"compile - ({m.compile_count}x) | step - | - samples/s"
+        timing = f"compile - ({m.compile_count}x{cached}) | step - | - samples/s"
     else:
         timing = (
-            f"compile {m.compile_seconds:.2f} s ({m.compile_count}x) | step {m.step_time_median_ms:.1f} ms (median) "
-            f"{m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops}"
+            f"compile {m.compile_seconds:.2f} s ({m.compile_count}x{cached}) | step {m.step_time_median_ms:.1f} ms "
+            f"(median) {m.step_time_p90_ms:.1f} (p90) | {m.throughput_samples_per_s:.0f} samples/s{gflops}"
         )
     first = (m.startup or {}).get("total")
     started = f" | first step after {first:.1f} s" if first is not None else ""
     return (
         f"{acc} | train_loss {m.final_loss:.4f} (last step) | {timing}{started} | "
         f"peak RSS {m.peak_host_memory_mb:.0f} MB | "
-        f"{m.mode} {m.amp_level_used} on {m.device_target} | {profiled}outputs: {m.run_dir}"
+        f"{m.mode}{jit} {m.amp_level_used} on {m.device_target} | {profiled}outputs: {m.run_dir}"
     )
 
 

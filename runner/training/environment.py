@@ -130,4 +130,10 @@ def setup(device, mode, seed: int, training: bool = True) -> str:
             "Use device=auto or device=cpu, or install MindSpore's build for that device."
         ) from None
     ms.set_seed(seed)
-    return ms.get_context("device_target")
+    target = ms.get_context("device_target")
+    if training and mode.name != "pynative" and str(mode.jit_level) == "O2" and target != "Ascend":
+        raise ConfigError(
+            f"mode.jit_level=O2 sinks the whole graph to an Ascend device, and this run's device is {target}: "
+            "use mode.jit_level=O0 (kernel by kernel), O1 (with fusion) or auto."
+        )
+    return target

@@ -17,7 +17,7 @@ from runner.errors import ConfigError, Interrupted, UserError, as_out_of_memory
 from runner.report.metrics import RunMetrics
 from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
-from runner.training import distributed
+from runner.training import compile_cache, distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
@@ -50,6 +50,8 @@ class Env:
     world: int
     batch: int  # this rank's share of batch_size
     conv: dict  # model.conv as run: asked, path, reason, cost (environment.choose_conv)
+    jit_level: str = "auto"  # mode.jit_level as run ("auto" in pynative, which compiles nothing)
+    cache: Optional[dict] = None  # compile_cache.prepare's record
     threads: Optional[int] = None  # CPU threads of this rank when ranks share the host (distributed.rank_threads)
 
 
@@ -132,6 +134,17 @@ def environment(cfg, run_dir: str) -> Env:
     isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
+    batch = distributed.local_batch(cfg.batch_size, world)
+    cache = compile_cache.prepare(
+        cfg,
+        purpose="train",
+        target=target,
+        rank=rank,
+        world=world,
+        conv=conv["path"],
+        isa=str(isa.get("value")),
+        extra={"batch": batch},
+    )
     threads = distributed.rank_threads(cfg.distributed) if distributed.in_msrun() else None
     if threads and target == "CPU":  # before the network is built: onednn's pool reads it when it starts
         import mindspore as ms
@@ -149,8 +162,9 @@ def environment(cfg, run_dir: str) -> Env:
         from runner.report.outputs import write_config
 
         write_config(run_dir, cfg)
-    batch = distributed.local_batch(cfg.batch_size, world)
-    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, threads)
+    return Env(
+        run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), cache, threads
+    )
 
 
 class Recipe:
@@ -266,6 +280,7 @@ class Recipe:
             update={"clip_norm": cfg.optim.clip_grad_norm, "accumulate": accumulate, "ema_decay": cfg.ema.decay},
             label_smoothing=cfg.loss.label_smoothing,
             metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
+            jit_level=env.jit_level,
         )
         if trainer.used.amp_level_used != "O0" and env.target == "CPU":
             log.warning(
@@ -445,6 +460,7 @@ class Recipe:
             nan_guard=guard_metrics(o.postmortem),
             diagnose=self.guarding.grad_stats.summary() if self.guarding.grad_stats else None,
             mode=env.mode,
+            jit_level=env.jit_level,
             device_target=env.target,
             cpu_isa=env.isa,
             conv=env.conv,
@@ -478,6 +494,11 @@ class Recipe:
 
         cfg, env = self.cfg, self.env
         m = self.collect(o)
+        if env.cache is not None:
+            m.compile_cache = compile_cache.finish(env.cache, m.compile_seconds, env.target)
+            said = compile_cache.line(m.compile_cache)
+            if said:
+                log.info(said)
         if env.world > 1:
             distributed.write_rank_record(env.run_dir, env.rank, self.net, m.final_loss)
             if env.rank != 0:

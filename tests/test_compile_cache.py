@@ -1,0 +1,83 @@
+"""The compile cache: one directory per key of what makes the graphs; hit, miss, invalidation, fallbacks."""
+
+from pathlib import Path
+
+import pytest
+from conftest import TINY, cli_in_process, compose_cfg, metrics, run_cli
+
+from runner.training import compile_cache
+
+
+def _key(*overrides, **where):
+    place = {"purpose": "train", "target": "CPU", "rank": 0, "world": 1, "conv": "onednn", "isa": "None", **where}
+    return compile_cache.key(compose_cfg(*TINY, *overrides), **place)
+
+
+def test_the_key_changes_with_what_makes_the_graph_and_only_with_it():
+    base = _key()
+    # Each of these reaches a graph (shapes, operators, constants, the device or the command)...
+    changed = {
+        "batch_size": _key("batch_size=16"),
+        "model": _key("model=resnet20"),
+        "amp": _key("amp=o2"),
+        "loss scale": _key("amp.loss_scale.type=fixed"),
+        "jit_level": _key("mode.jit_level=O1"),
+        "padding": _key("padding.height=12"),
+        "epochs (the schedule's constants)": _key("epochs=2"),
+        "conv path": _key(conv="native"),
+        "rank": _key(rank=1, world=2),
+        "device": _key(target="GPU"),
+        "command": _key(purpose="evaluate"),
+    }
+    assert base not in changed.values() and len(set(changed.values())) == len(changed), changed
+    # ...these do not: a sweep over them, or a resume with another log interval, reuses the graphs.
+    assert _key("seed=3", "optim.lr=0.05", "log_every=7", "experiment_name=x", "save_checkpoint=false") == base
+
+
+def test_a_dir_with_the_cache_disabled_is_refused(tmp_path):
+    proc = cli_in_process(
+        f"hydra.run.dir={tmp_path}", "compile_cache.enabled=false", "compile_cache.dir=/x", "dry_run=true"
+    )
+    assert proc.returncode == 2 and "compile_cache.dir=/x does nothing" in " ".join(proc.stderr.split())
+
+
+@pytest.mark.slow
+def test_miss_then_hit_then_a_changed_field_misses_and_a_corrupt_graph_is_recompiled(tmp_path):
+    cache = tmp_path / "cache"
+    args = [*TINY, "eval=false", f"compile_cache.dir={cache}"]
+    run_cli(tmp_path / "a", *args)
+    second = run_cli(tmp_path / "b", *args)
+    a, b = metrics(tmp_path / "a"), metrics(tmp_path / "b")
+    assert a["compile_cache"]["state"] == "miss" and b["compile_cache"]["state"] == "hit"
+    assert a["compile_cache"]["dir"] == b["compile_cache"]["dir"]
+    assert "compile cache hit" in second.stdout + second.stderr and ", cache hit)" in second.stdout
+    assert b["compile_cache"]["compile_seconds_without_cache"] == pytest.approx(a["compile_seconds"])
+    assert b["compile_cache"]["compile_seconds_with_cache"] == pytest.approx(b["compile_seconds"])
+    assert b["loss_curve"] == a["loss_curve"]  # the cached graph computes what the compiled one did
+    # One graph-relevant field changed: another directory, filled anew; the first one is not read.
+    run_cli(tmp_path / "c", *args, "batch_size=16")
+    c = metrics(tmp_path / "c")
+    assert c["compile_cache"]["state"] == "miss" and c["compile_cache"]["dir"] != a["compile_cache"]["dir"]
+    # A graph file cut short: MindSpore cannot load it, compiles anew, and the run says so.
+    (graph,) = Path(a["compile_cache"]["dir"]).glob("rank_0/graph_cache/compile_cache_0.mindir")
+    graph.chmod(0o600)
+    graph.write_bytes(graph.read_bytes()[:3000])
+    fourth = run_cli(tmp_path / "d", *args)
+    d = metrics(tmp_path / "d")
+    assert d["compile_cache"]["state"] == "miss" and d["compile_cache"]["unusable"]
+    assert "MindSpore could not use the graphs there" in fourth.stdout + fourth.stderr
+    assert d["loss_curve"] == a["loss_curve"]
+
+
+@pytest.mark.slow
+def test_an_unwritable_cache_dir_is_one_line_and_the_run_trains(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = run_cli(tmp_path / "run", *TINY, "eval=false", f"compile_cache.dir={blocker}")
+    # One line (a warning: the summary repeats it under the last line).
+    said = {
+        ln.split("compile cache off: ", 1)[1] for ln in (proc.stdout + proc.stderr).splitlines() if "cache off: " in ln
+    }
+    assert len(said) == 1 and str(blocker) in said.pop()
+    m = metrics(tmp_path / "run")
+    assert m["compile_cache"]["state"] == "off" and m["final_loss"] < m["loss_curve"][0]
