@@ -51,10 +51,9 @@ _first_in_process: dict = {}
 
 def source_digest() -> str:
     """A digest of the runner's own Python files (runner, models, datasets): they build the graphs."""
-    import runner
-
     digest = hashlib.sha256()
-    roots = [Path(runner.__file__).parent, *(Path(m.__file__).parent for m in _layers())]
+    # runner/ is two folders up from here (not `import runner`: the package's __init__ is above every layer)
+    roots = [Path(__file__).resolve().parents[1], *(Path(m.__file__).parent for m in _layers())]
     for root in roots:
         for f in sorted(root.rglob("*.py")):
             digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes())
