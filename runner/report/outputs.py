@@ -8,8 +8,11 @@ import resource
 from importlib import metadata
 from typing import Sequence
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from runner.report import advice, flops
 from runner.report.metrics import RunMetrics
 from runner.rundir.layout import RunDir
 
@@ -73,8 +76,6 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
 
     series: the monitor's per-step step/loss/step_time_ms and the loss scale each step used (or None).
     """
-    from runner.report import advice, flops
-
     m.flops, m.peak_device_memory_mb = flops.measure(net, data, m.throughput_samples_per_s, m.device_target)
     m.pid = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
     m.plot = os.path.join(m.run_dir, "curves.png")
@@ -85,7 +86,7 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
 
 def plot(m: RunMetrics, series: dict, title: str) -> None:
     """curves.png: loss, validation (when it ran during training), loss scale (when there is one) and step time."""
-    from runner.report import plots
+    from runner.report import plots  # matplotlib: ~0.5 s, only when a plot is drawn
 
     plots.run_plot(series, m.plot, title, m.val_curve)
 
@@ -126,9 +127,6 @@ def finish(m: RunMetrics, logger, advise: bool = True) -> None:
 
 def _in_sweep() -> bool:
     try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         return HydraConfig.get().mode == RunMode.MULTIRUN
     except ValueError:  # no Hydra (the Python API): a single run
         return False
