@@ -12,6 +12,7 @@ a finished run are named evaluate_run, predict_run and export_run: a package att
 Everything is imported on first use (module __getattr__): `import runner.models` loads no other layer.
 """
 
+import importlib
 from typing import Any
 
 __all__ = [
@@ -54,7 +55,6 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module 'runner' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(_HOMES[name]), name)
 

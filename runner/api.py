@@ -17,7 +17,19 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.config.checks import check_loggers, check_tools, validate
+from runner.config.isa import ISA_VAR
 from runner.errors import ConfigError
+from runner.report import startup
+from runner.rundir import lock
+from runner.rundir.claim import check_foreign
+from runner.rundir.saved_run import config_path, init_from_problems
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -31,9 +43,6 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 def compose(*overrides: str) -> "DictConfig":
     """The typed config `runner-train <overrides>` would run (validated by train(), not here)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
     with initialize_config_module("runner.conf", version_base="1.3"):
         return hydra_compose("config", overrides=list(overrides))
 
@@ -46,10 +55,6 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     on the command line is. None with dry_run=true (the config is valid) or when a resumed run was
     complete already. Raises runner.errors.Interrupted when SIGINT/SIGTERM stopped the run.
     """
-    from runner.config.checks import check_loggers, check_tools, validate
-    from runner.report import startup
-    from runner.rundir.saved_run import init_from_problems
-
     startup.task_started()
     validate(cfg, init_from_problems)
     check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
@@ -62,8 +67,6 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
 
         print(make_plan(cfg).render(), flush=True)
         return None
-    from runner.rundir import lock
-    from runner.rundir.claim import check_foreign
     from runner.training.recipe import run  # MindSpore loads only after the config was checked
 
     check_foreign(os.path.abspath(run_dir), "run_dir")  # before anything (the log) is written into it
@@ -80,7 +83,7 @@ def evaluate_run(run: str, out_dir: Optional[str] = None, **options: Any) -> "Ev
     options: ckpt (final|last|best|a path), batch_size, use_amp, data={field: value}. out_dir: where
     metrics.json and confusion.png go (default <run>/evaluate-<time>, as the command's).
     """
-    from runner.evaluate import EvaluateConfig, evaluate
+    from runner.evaluate import EvaluateConfig, evaluate  # numpy, PIL, rich: not for a training run
 
     app, out_dir = _command(EvaluateConfig, "evaluate", run, out_dir, options)
     with _run_scope(out_dir, "evaluate"):
@@ -93,7 +96,7 @@ def predict_run(run: str, input: str, out_dir: Optional[str] = None, **options: 
 
     options: topk, ckpt, batch_size, use_amp, show, data={field: value}.
     """
-    from runner.predict import PredictConfig, predict
+    from runner.predict import PredictConfig, predict  # numpy, PIL, rich: not for a training run
 
     app, out_dir = _command(PredictConfig, "predict", run, out_dir, {"input": str(input), **options})
     with _run_scope(out_dir, "predict"):
@@ -103,7 +106,7 @@ def predict_run(run: str, input: str, out_dir: Optional[str] = None, **options: 
 def export_run(run: str, out_dir: Optional[str] = None, **options: Any) -> Dict[str, Any]:
     """Export a run's network and check it against the checkpoint, as `runner-export run=<run>`; return
     what export.json holds. options: format (mindir|onnx), ckpt, batch_size, parity_samples, tolerance, data."""
-    from runner.export import ExportConfig, export
+    from runner.export import ExportConfig, export  # numpy, PIL, rich: not for a training run
 
     app, out_dir = _command(ExportConfig, "export", run, out_dir, options)
     with _run_scope(out_dir, "export"):
@@ -112,11 +115,6 @@ def export_run(run: str, out_dir: Optional[str] = None, **options: Any) -> Dict[
 
 def _command(schema: type, name: str, run: str, out_dir: Optional[str], options: Dict[str, Any]) -> Tuple[Any, str]:
     """(the command's typed config, its output directory), checked as the command line checks them."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from runner.rundir.saved_run import config_path
-
     try:
         given: Dict[Any, Any] = {"run": str(run), **options}
         app = OmegaConf.merge(OmegaConf.structured(schema), given)
@@ -132,10 +130,6 @@ def _command(schema: type, name: str, run: str, out_dir: Optional[str], options:
 def _run_scope(out_dir: str, log_name: str) -> Iterator[None]:
     """Around one call: <out_dir>/<log_name>.log as Hydra writes it (and the records on the console when
     nothing else prints them), and ONEDNN_MAX_CPU_ISA restored afterwards."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from runner.config.isa import ISA_VAR
-
     isa = os.environ.get(ISA_VAR)
     root = logging.getLogger()
     added: List[logging.Handler] = []

@@ -4,8 +4,12 @@
 names them all for the CLI.
 """
 
+import signal
 import sys
 import textwrap
+
+from runner.datasets.errors import DataError
+from runner.models.errors import ModelError
 
 
 class UserError(Exception):
@@ -23,8 +27,6 @@ class InputError(UserError):
 
 def signal_name(signum: int) -> str:
     """`SIGINT (signal 2)`: how a run names the signal that stopped it (the command exits 128 + signum)."""
-    import signal
-
     try:
         return f"{signal.Signals(signum).name} (signal {signum})"
     except ValueError:
@@ -47,9 +49,6 @@ class Interrupted(Exception):
 
 def user_errors() -> tuple:
     """Every error type whose message is meant for the user: the runner's and the lower layers' own."""
-    from runner.datasets.errors import DataError
-    from runner.models.errors import ModelError
-
     return (UserError, DataError, ModelError)
 
 

@@ -6,6 +6,7 @@ writes top-1, top-5, loss, per-class accuracy and the confusion matrix into
 """
 
 import dataclasses
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -15,10 +16,17 @@ import numpy as np
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from runner import saved_model
 from runner.errors import ConfigError
+from runner.report.outputs import versions
+from runner.rundir import saved_run
+from runner.rundir.atomic import write_json
+from runner.rundir.layout import RunDir
 from runner.rundir.saved_run import DataOverrides
 
 log = logging.getLogger("runner")
+# Lazy imports in evaluate(): runner.amp and runner.report.accuracy load MindSpore, which must wait until
+# open_run has set the CPU ISA cap; runner.report.plots loads matplotlib (~0.5 s), only for the plot.
 
 
 @dataclass
@@ -144,13 +152,8 @@ def evaluation_overlap(run: str, cfg) -> Optional[dict]:
 
 def evaluate(app, out_dir: str) -> EvalMetrics:
     """Evaluate a checkpoint of app.run on its validation data; write the metrics into out_dir and return them."""
-    from runner import saved_model
     from runner.report.accuracy import scores
-    from runner.report.outputs import versions
     from runner.report.plots import confusion_plot
-    from runner.rundir import saved_run
-    from runner.rundir.atomic import write_json
-    from runner.rundir.layout import RunDir
 
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
@@ -183,8 +186,6 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     trained = RunDir(app.run).metrics
     train_acc = None
     if os.path.isfile(trained):
-        import json
-
         with open(trained) as f:
             train_acc = json.load(f).get("val_accuracy")
     overrides = {k: v for k, v in OmegaConf.to_container(app.data, enum_to_str=True).items() if v is not None}

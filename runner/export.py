@@ -6,21 +6,29 @@ nn.GraphCell, ONNX run in onnxruntime. `<run>/export-<time>/export.json` records
 difference of the logits and the agreement of top-1.
 """
 
+import importlib
 import logging
 import os
 import re
 import sys
 from dataclasses import dataclass, field
+from importlib import metadata
 
 import numpy as np
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from runner import saved_model
 from runner.datasets.settings import Choice
 from runner.errors import ConfigError, UserError
+from runner.report.outputs import versions
+from runner.rundir import saved_run
+from runner.rundir.atomic import write_json
 from runner.rundir.saved_run import DataOverrides
 
 log = logging.getLogger("runner")
+# Lazy imports: MindSpore loads only after open_run set the CPU ISA cap; onnx and onnxruntime are the
+# optional `export` extra, imported only for format=onnx.
 
 
 class ExportFormat(Choice):
@@ -49,8 +57,6 @@ ConfigStore.instance().store(name="export_schema", node=ExportConfig)
 
 def check_installed(fmt: str) -> None:
     """A ConfigError naming the missing package when the format's parity check cannot run here."""
-    import importlib
-
     missing = []
     for module, pip in NEEDS[fmt]:
         try:  # imported, not only looked up: a broken installation is as unusable as a missing one
@@ -175,11 +181,6 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
 
 def export(app, out_dir: str) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
-    from runner import saved_model
-    from runner.report.outputs import versions
-    from runner.rundir import saved_run
-    from runner.rundir.atomic import write_json
-
     fmt = str(app.format)
     check_installed(fmt)  # before anything heavy
     if app.batch_size < 1 or app.parity_samples < 1:
@@ -266,8 +267,6 @@ def export(app, out_dir: str) -> dict:
 
 
 def _format_versions(fmt: str) -> dict:
-    from importlib import metadata
-
     return {p: metadata.version(p) for _, p in NEEDS[fmt]}
 
 

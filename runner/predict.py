@@ -13,11 +13,20 @@ from typing import Optional, Tuple
 import numpy as np
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+from PIL import Image
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
 
+from runner import saved_model
 from runner.errors import ConfigError, InputError
+from runner.rundir import saved_run
+from runner.rundir.atomic import write_json
 from runner.rundir.saved_run import DataOverrides
 
 log = logging.getLogger("runner")
+# Lazy imports: runner.datasets and mindspore.dataset load MindSpore, which must wait until the CPU ISA
+# cap is set (saved_model.before_mindspore).
 
 
 @dataclass
@@ -88,7 +97,6 @@ def probe(paths: list, advance=lambda: None):
     Decode, which the pipeline uses and which refuses some files PIL reads (a float32 TIFF): a file that
     fails there would end the whole pipeline, so it is skipped here."""
     from mindspore.dataset.vision import Decode
-    from PIL import Image
 
     decode = Decode()
     good, sizes, bad = [], [], []
@@ -121,13 +129,6 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 def predict(app, out_dir: str) -> dict:
     """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir; return a summary."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from runner import saved_model
-    from runner.rundir import saved_run
-    from runner.rundir.atomic import write_json
-
     if app.topk < 1:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
@@ -204,9 +205,6 @@ def predict(app, out_dir: str) -> dict:
 
 
 def _print_table(console, app, paths, names, top_idx, top_p) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     base = app.input if os.path.isdir(app.input) else os.path.dirname(app.input) or "."
     table = Table(show_edge=False, pad_edge=False, box=None)
     table.add_column("image")

@@ -17,9 +17,12 @@ import os
 import tempfile
 from collections import OrderedDict
 
+import mindspore as ms
 import numpy as np
+from mindspore import ops
 from mindspore.train import Callback
 
+from runner.amp.precision import build_loss_net
 from runner.rundir.atomic import finite_or_str
 
 log = logging.getLogger("runner")
@@ -91,8 +94,6 @@ class GradStats(Callback):
 
 def find_islands(make_net, weights: dict, level: str, keep: list, batch, scale: float, max_islands: int) -> dict:
     """Which cells must stay FP32 for this batch to train finitely; each round is one probe."""
-    import mindspore as ms
-
     if batch is None:
         return {"cause": "unknown", "first": None, "keep_fp32": list(keep), "fixed": False, "rounds": []}
     x, y = batch[0], batch[1]
@@ -121,11 +122,6 @@ def find_islands(make_net, weights: dict, level: str, keep: list, batch, scale: 
 
 def _probe(make_net, weights, level, keep, x, y, scale):
     """Forward (hooks on every leaf cell) and backward of one batch; the first culprit or None."""
-    import mindspore as ms
-    from mindspore import ops
-
-    from runner.amp.precision import build_loss_net
-
     net = make_net()
     ms.load_param_into_net(net, {n: ms.Parameter(ms.Tensor(w), name=n) for n, w in weights.items()})
     names = {id(c): n for n, c in net.cells_and_names() if n}

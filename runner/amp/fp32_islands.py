@@ -18,6 +18,8 @@ kept cells before it runs.
 
 from fnmatch import fnmatchcase
 
+from mindspore import dtype as mstype
+
 from runner.errors import ConfigError
 
 
@@ -70,8 +72,6 @@ def keep_fp32(amp_net, cells) -> list:
     Returns the ancestors that were re-flagged (for tests and the log). Call it on the network that
     `auto_mixed_precision` returned; it is safe to call again with more cells.
     """
-    from mindspore import dtype as mstype
-
     touched = []
     for cell in cells:
         cell.to_float(mstype.float32)

@@ -16,9 +16,12 @@ import os
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+import mindspore as ms
 import numpy as np
 from mindspore.train import Callback
 
+from runner.amp import diagnose
+from runner.amp.diagnose import GradStats
 from runner.errors import UserError
 from runner.rundir.atomic import finite_or_str, write_json
 from runner.rundir.layout import RunDir
@@ -191,9 +194,6 @@ def postmortem(guard: NanGuard, make_net, run_dir: str, level: str, keep: list, 
     t = guard.tripped
     if t is None:
         return None, None
-    import mindspore as ms
-
-    from runner.amp import diagnose
 
     # Skipped updates leave the weights finite; BatchNorm's running statistics may not be.
     if not guard.snapshot(t.step):
@@ -276,8 +276,6 @@ def build_guard(
     """The trace, the guard and (diagnose=on) the gradient statistics for this run.
 
     start_step: a resumed run's global step; the trace continues prior_dir's loss_scale.csv from there."""
-    from runner.amp.diagnose import GradStats
-
     guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every, start_step)
     trace = LossScaleTrace(
         RunDir(run_dir).loss_scale,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from mindspore import JitConfig, Model, nn
 from mindspore import dtype as mstype
 from mindspore.amp import auto_mixed_precision
+from mindspore.rewrite.symbol_tree import symbol_tree
 
 from runner.amp.fp32_islands import keep_fp32, match_cells
 from runner.amp.train_step import JIT_STEPS, FP32Logits, ScaledTrainStep, drops_overflow
@@ -78,8 +79,6 @@ def _rewrites_into(run_dir: str):
     pipeline's included) for the duration; instead only that module's view of `os.getcwd` is redirected,
     and sys.path is restored afterwards.
     """
-    from mindspore.rewrite.symbol_tree import symbol_tree
-
     path = list(sys.path)
     symbol_tree.os = _CwdIs(os.path.abspath(run_dir))
     try:

@@ -1,5 +1,6 @@
 """Checks that need more than a type: ranges and contradictions, before anything heavy loads."""
 
+import importlib.util
 import math
 import os
 
@@ -467,7 +468,7 @@ def _optim_problems(cfg):
 def check_tools(cfg) -> None:
     """Raise ModelError when training this config needs a tool the machine lacks (onednn: a C++ compiler)."""
     if cfg.model.conv == "onednn" and cfg.device.target in ("cpu", "auto"):
-        from runner.models.onednn import find_compiler
+        from runner.models.onednn import find_compiler  # numpy and ctypes: only for model.conv=onednn
 
         find_compiler()
 
@@ -478,8 +479,6 @@ LOGGER_PACKAGES = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "
 
 def check_loggers(cfg) -> None:
     """Raise ConfigError when a chosen logger's package is not installed (all named at once)."""
-    import importlib.util
-
     missing = [
         f"logger={name} needs {pkg}"
         for name, pkg in LOGGER_PACKAGES.items()

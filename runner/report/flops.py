@@ -13,6 +13,9 @@ from typing import Optional
 
 import numpy as np
 
+# MindSpore is imported in the functions: this module is loaded (through report/outputs.py) by the recipe
+# and the data-parallel launcher before the CPU ISA cap is set.
+
 log = logging.getLogger("runner")
 
 # Backward costs about twice the forward (gradients with respect to inputs and to weights).

@@ -10,6 +10,9 @@ import csv
 import os
 
 from runner.config.tree import flat
+
+# tensorboardX, mlflow and wandb are the optional `loggers` extra: imported by the logger that uses them.
+# matplotlib.image (~0.5 s with matplotlib) only when an image is logged.
 from runner.errors import ConfigError, UserError
 
 FINAL_KEYS = (

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 from mindspore.train import Callback
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 log = logging.getLogger("runner")
 
@@ -185,8 +186,6 @@ class _ProgressBar:
     """rich's progress bar on a terminal, with the console's log records printed above it."""
 
     def __init__(self, total: int, done: int = 0):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
         self.progress = Progress(
             TextColumn("train"),
             BarColumn(),

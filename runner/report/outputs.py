@@ -8,8 +8,11 @@ import resource
 from importlib import metadata
 from typing import Sequence
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from runner.report import advice, flops
 from runner.report.metrics import RunMetrics
 from runner.rundir.layout import RunDir
 
@@ -85,8 +88,6 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
 
     series: the monitor's per-step step/loss/step_time_ms and the loss scale each step used (or None).
     """
-    from runner.report import advice, flops
-
     threads = (m.distributed or {}).get("threads_per_rank")
     m.flops, m.peak_device_memory_mb = flops.measure(net, data, m.throughput_samples_per_s, m.device_target, threads)
     m.pid = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
@@ -98,7 +99,7 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
 
 def plot(m: RunMetrics, series: dict, title: str) -> None:
     """curves.png: loss, validation (when it ran during training), loss scale (when there is one) and step time."""
-    from runner.report import plots
+    from runner.report import plots  # matplotlib: ~0.5 s, only when a plot is drawn
 
     plots.run_plot(series, m.plot, title, m.val_curve)
 
@@ -149,9 +150,6 @@ def finish(m: RunMetrics, logger, advise: bool = True) -> None:
 
 def _in_sweep() -> bool:
     try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         return HydraConfig.get().mode == RunMode.MULTIRUN
     except ValueError:  # no Hydra (the Python API): a single run
         return False

@@ -12,6 +12,7 @@ import logging
 import os
 from typing import Optional
 
+from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from mindspore.train import Callback
 
 log = logging.getLogger("runner")
@@ -24,7 +25,6 @@ class ProfileWindow(Callback):
 
     def __init__(self, start_step: int, steps: int, run_dir: str, target: str):
         super().__init__()
-        from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
         self.start_step, self.steps = int(start_step), int(steps)
         self.dir = os.path.join(run_dir, PROFILE_DIR)

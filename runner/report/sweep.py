@@ -12,7 +12,10 @@ from typing import List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from hydra_plugins.runner_launcher.isolated_launcher import interruption
 from runner.config.tree import flat
+
+# report/plots.py (matplotlib, ~0.5 s) is imported only when the sweep has a chart to draw.
 from runner.report import advice
 from runner.report.metrics import RunMetrics
 from runner.rundir.layout import CONFIG, FAILED, METRICS
@@ -107,7 +110,6 @@ class SweepSummary(Callback):
         notes = summarize(rows, sweep_dir, str(config.experiment_name))
         print(markdown(rows, notes), flush=True)
         print(f"Sweep summary: {sweep_dir / 'summary.md'} (and summary.csv, summary.png there).", flush=True)
-        from hydra_plugins.runner_launcher.isolated_launcher import interruption
 
         stop = interruption()
         if stop["signal"]:

@@ -5,6 +5,8 @@ import json
 import math
 import os
 
+# MindSpore is imported in save_checkpoint: the run directory is claimed before MindSpore may load.
+
 
 def finite_or_str(obj):
     """JSON without NaN/Infinity literals (strict parsers reject them): non-finite floats become strings."""

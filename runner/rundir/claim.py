@@ -7,8 +7,10 @@ import os
 from typing import Optional
 
 from runner.errors import UserError
-from runner.rundir.layout import RunDir
-from runner.rundir.lock import in_msrun
+from runner.rundir import lock, resume_check
+from runner.rundir.layout import RunDir, of_checkpoints
+from runner.rundir.lock import LOCK_FILE, in_msrun
+from runner.rundir.resume_check import resume_source
 
 log = logging.getLogger("runner")
 
@@ -22,8 +24,6 @@ def claim(cfg, run_dir: str, overrides) -> bool:
     resume's configuration is checked against the saved one (runner/rundir/resume_check.py). The same
     decision is made before Hydra starts (check_run_dir), so a refusal normally comes from there.
     """
-    from runner.rundir import lock, resume_check
-
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
     source, changes, done = _decide(cfg, run_dir, overrides)
@@ -48,9 +48,6 @@ def claim(cfg, run_dir: str, overrides) -> bool:
 def _decide(cfg, run_dir: str, overrides):
     """(source run to resume or None, the changes a resume applies, the source's completion record or
     None), or UserError for a run this directory and configuration cannot start. Writes nothing."""
-    from runner.rundir import resume_check
-    from runner.rundir.resume_check import resume_source
-
     source = resume_source(cfg.resume, run_dir)
     held = _holds_run(run_dir)
     if held and source != run_dir:
@@ -76,8 +73,6 @@ def _decide(cfg, run_dir: str, overrides):
 def ours(directory: str) -> bool:
     """Whether a directory holds this runner's work: a run (its lock file, written when a run claims the
     directory), a sweep (Hydra's multirun.yaml) or Hydra's record of a run (.hydra/, also a dry run's)."""
-    from runner.rundir.lock import LOCK_FILE
-
     return any(os.path.exists(os.path.join(directory, f)) for f in (LOCK_FILE, "multirun.yaml", ".hydra"))
 
 
@@ -132,7 +127,6 @@ def run_dir_of(ckpt_path: Optional[str]) -> Optional[str]:
     """The run directory a resumable checkpoint belongs to (<run>/checkpoints/step_N.ckpt), if it is one."""
     if not ckpt_path:
         return None
-    from runner.rundir.layout import of_checkpoints
 
     run = of_checkpoints(os.path.dirname(os.path.abspath(ckpt_path)))
     return run.path if run else None

@@ -11,11 +11,18 @@ not load the stored one), so more epochs or an explicit optim.lr=... take effect
 import json
 import logging
 import os
+import shutil
 from typing import Dict, Iterable, List, Optional, Tuple
 
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.config.schema import Config
 from runner.config.tree import flat
 from runner.errors import ConfigError
 from runner.rundir import layout
+from runner.rundir.atomic import write_json
 
 log = logging.getLogger("runner")
 
@@ -111,11 +118,6 @@ def compare(saved: dict, new: dict, explicit: set) -> Tuple[Dict[str, list], Lis
 def _with_defaults(saved: dict) -> dict:
     """The saved config with the schema's defaults for keys it lacks: a run saved before a setting
     existed ran with that setting's default, so resuming it with the default is no change."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from runner.config.schema import Config
-
     body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
     try:
         merged = OmegaConf.merge(OmegaConf.structured(Config), body)
@@ -127,10 +129,6 @@ def _with_defaults(saved: dict) -> dict:
 def read_saved_config(path: str) -> dict:
     """A run's saved config.yaml as a plain dict (interpolations unresolved); a ConfigError naming the
     file when it is not YAML, empty, or not a mapping of settings (evaluate, predict, export, resume)."""
-    import yaml
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except (yaml.YAMLError, OmegaConfBaseException, ValueError, OSError, UnicodeDecodeError) as e:
@@ -162,8 +160,6 @@ def _upgraded(saved: dict) -> dict:
 def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: bool = True) -> Dict[str, list]:
     """Refuse a resume whose configuration differs from the saved one where it cannot; return and
     record (run_dir/resume.json, unless record=False: the check before Hydra starts) what changes are applied."""
-    from omegaconf import OmegaConf
-
     path = layout.RunDir(source_dir).config
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
@@ -186,14 +182,10 @@ def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: 
             "amp.keep_fp32, model.conv, device.cpu_isa_cap."
         )
     if record:
-        from runner.rundir.atomic import write_json
-
         history = _history(source_dir)
         if os.path.abspath(source_dir) != os.path.abspath(
             run_dir
         ):  # a branch into a new directory: its start is the source's
-            import shutil
-
             os.makedirs(run_dir, exist_ok=True)
             shutil.copyfile(path, layout.RunDir(run_dir).config)
         entry = {"from": source_dir, "changes": changes, "step": resume_step(cfg.resume, source_dir)}

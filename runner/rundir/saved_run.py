@@ -9,7 +9,6 @@ import os
 from dataclasses import fields, make_dataclass
 from typing import Optional
 
-import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -239,6 +238,8 @@ def match_classes(recorded: Optional[list], data, what: str, by_name: bool, hint
     if not recorded or not names or names == list(recorded):
         return None
     if by_name and not set(names) - set(recorded):
+        import numpy as np  # not at the top: a training run's checks (init_from_problems) need no numpy
+
         return np.asarray([recorded.index(n) for n in names], dtype=np.int64)
     unknown = [n for n in names if n not in recorded]
     lost = [n for n in recorded if n not in names]

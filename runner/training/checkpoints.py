@@ -20,9 +20,11 @@ name, renames it into place, and records it in latest.json, also written by rena
 import logging
 import os
 import signal
+from types import SimpleNamespace
 from typing import List, Optional
 
 import mindspore as ms
+import mindspore.dataset as ds
 import numpy as np
 from mindspore.common.dtype import float_type
 from mindspore.train import Callback
@@ -223,7 +225,6 @@ class Checkpointer(Callback):
         final phase (evaluation and report) after an interruption."""
         if self.last_saved == step:
             return None
-        from types import SimpleNamespace
 
         return self.save(SimpleNamespace(train_network=train_cell, cur_step_num=step - self.start_step), None)
 
@@ -383,9 +384,6 @@ def _is_schedule(name: str) -> bool:
 
 def restore(train_cell, state: dict, train_data, steps_per_model_epoch: int, total_steps: int) -> int:
     """Load the train cell's state and position the data pipeline; return Model.train's initial_epoch."""
-    import mindspore as ms
-    import mindspore.dataset as ds
-
     params = _load(state["path"])
     bad = nonfinite_params(params)
     if bad:

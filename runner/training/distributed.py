@@ -28,9 +28,10 @@ from runner.report.metrics import RunMetrics
 from runner.report.outputs import summary_line, warnings_recap, write_config
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import RANK_LOGS, RunDir
-from runner.rundir.lock import in_msrun
+from runner.rundir.lock import hand_to_ranks, in_msrun
 
 log = logging.getLogger("runner")
+# MindSpore is imported in init(): this module is loaded with the recipe, before the CPU ISA cap is set.
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -107,7 +108,6 @@ def launch(cfg, run_dir: str):
         check_port_free(d.master_addr, d.master_port)
     port = d.master_port or free_port()
     cmd = msrun_command(cfg, run_dir, port)
-    from runner.rundir.lock import hand_to_ranks
 
     env = hand_to_ranks(run_dir, dict(os.environ))  # this process holds the run directory's lock for them
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")

@@ -5,8 +5,11 @@ import os
 
 from runner.config.isa import CPU_ISAS, ISA_VAR
 from runner.errors import ConfigError
+from runner.models import onednn
+from runner.models.onednn import cpu_flags
 
 log = logging.getLogger("runner")
+# MindSpore is imported in setup() only: cap_cpu_isa must run first (oneDNN reads its ISA cap once).
 
 
 def choose_conv(cfg) -> dict:
@@ -16,8 +19,6 @@ def choose_conv(cfg) -> dict:
     in one line (models/onednn.py choose); every other value is taken as asked. `onednn_pays`: whether
     this CPU (under its ISA cap) is one where onednn is the faster path, for the run's advice.
     """
-    from runner.models import onednn
-
     asked = str(getattr(cfg.model.conv, "value", cfg.model.conv))
     cap = os.environ.get(ISA_VAR)
     if cap is None and str(cfg.device.cpu_isa_cap).lower() != "auto":
@@ -65,7 +66,6 @@ def effective_isa(cap) -> str:
     cap = (cap or "").upper()
     if cap in ("", "DEFAULT") or cap not in CPU_ISAS:
         return ""
-    from runner.models.onednn import cpu_flags
 
     flags = cpu_flags() or frozenset()
     if "avx512f" in flags:

@@ -9,6 +9,11 @@ import logging
 import os
 from typing import Optional
 
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from runner.amp.fp32_islands import match_cells
 from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
 from runner.rundir.saved_run import CLASSES, recorded_classes, source_path
@@ -29,8 +34,6 @@ def _adapt_input_conv(weight, shape):
     """The first convolution of a grayscale (1-channel) checkpoint for RGB input, or the reverse, as timm's
     adapt_input_conv does it: the kernel repeated over 3 channels and divided by 3 (a gray image made RGB
     then gives the same response), or summed over the 3 channels. None for any other mismatch."""
-    import numpy as np
-
     w = weight.asnumpy()
     if w.ndim != 4 or len(shape) != 4 or w.shape[0] != shape[0] or tuple(w.shape[2:]) != tuple(shape[2:]):
         return None
@@ -85,8 +88,6 @@ def _match_head(mine: dict, values: dict, source: Optional[list], classes: Optio
     The head is the network's trailing parameters whose first dimension is the number of classes (the
     final Dense layer's weight and bias), loaded only when the counts agree.
     """
-    import mindspore as ms
-
     if not source or not classes or list(source) == list(classes) or len(source) != len(classes):
         return None
     head = []
@@ -122,8 +123,6 @@ def load_matching(net, init_from: str, classes: Optional[list] = None) -> dict:
     data's class names; the classifier head follows them by name when the source run recorded its own
     (classes.json). Refuses a checkpoint that shares no parameter with net (another architecture, a wrong file).
     """
-    import mindspore as ms
-
     path = source_path(init_from)
     try:
         params = ms.load_checkpoint(path)
@@ -176,10 +175,6 @@ def freeze(net, patterns) -> dict:
     network to training mode, so a frozen BatchNorm is pinned by use_batch_statistics=False rather
     than by set_train(False) (docs/mindspore-notes.md#frozen-bn).
     """
-    from mindspore import nn
-
-    from runner.amp.fp32_islands import match_cells
-
     cells = match_cells(net, list(patterns), option="optim.freeze")
     # A pattern whose cells hold no parameter (activations, pooling: `*relu`) would freeze nothing, silently.
     empty = [

@@ -13,6 +13,8 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 from runner.errors import ConfigError, UserError
 
+# mindcv (optim=lion) is the optional `zoo` extra: imported by the optimizer that needs it.
+
 
 class Constant(LearningRateSchedule):
     """Factor 1 at every step (the rate is the peak rate)."""

@@ -12,11 +12,20 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional, cast
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from runner.errors import ConfigError, Interrupted, UserError, as_out_of_memory
+from runner.models.onednn import THREADS_VAR
+from runner.report import outputs
+from runner.report.loggers import build_logger, chosen
 from runner.report.metrics import RunMetrics
+from runner.report.outputs import watch_warnings, write_config
+from runner.report.speed import record_speed
+from runner.rundir import lock, resume_check
+from runner.rundir.atomic import save_checkpoint, write_json
 from runner.rundir.claim import claim, run_dir_of
 from runner.rundir.layout import RunDir
+from runner.rundir.saved_run import write_classes
 from runner.training import compile_cache, distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
@@ -35,6 +44,9 @@ if TYPE_CHECKING:
     from runner.training.validation import Watch
 
 log = logging.getLogger("runner")
+# Imported in the functions that use them: everything that loads MindSpore (amp, report.accuracy, monitor,
+# shapes, profiling, training.checkpoints/finetune/optim/validation, datasets, models). run() imports this
+# module before environment() sets the CPU ISA cap, which oneDNN reads once when MindSpore loads.
 LONG_RUN_STEPS = 1_000_000  # a plan this long is announced before its set-up
 
 
@@ -111,8 +123,6 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
     overrides: the command line's (an optim.lr given there is applied on resume). None when a resumed
     run had nothing left to do (it was complete already).
     """
-    from runner.report.outputs import watch_warnings
-
     watch_warnings()  # repeated under the summary line: on a terminal they scroll past
     if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
         return None
@@ -149,18 +159,12 @@ def environment(cfg, run_dir: str) -> Env:
     if threads and target == "CPU":  # before the network is built: onednn's pool reads it when it starts
         import mindspore as ms
 
-        from runner.models.onednn import THREADS_VAR
-
         ms.set_context(runtime_num_threads=threads)
         os.environ[THREADS_VAR] = str(threads)
     if rank == 0 and distributed.in_msrun():
-        from runner.rundir import lock
-
         if not lock.held_by_parent(run_dir):  # msrun started without the runner's launcher
             lock.acquire(run_dir)
     if rank == 0:  # at the start, so a killed run can be resumed from its own config
-        from runner.report.outputs import write_config
-
         write_config(run_dir, cfg)
     return Env(
         run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), cache, threads
@@ -220,8 +224,6 @@ class Recipe:
             label_depth=self.cfg.model.num_classes,
         )
         if self.env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
-            from runner.rundir.saved_run import write_classes
-
             write_classes(self.env.run_dir, data)
         self.make_net = partial(
             build_model,
@@ -291,10 +293,7 @@ class Recipe:
 
     def build_watchers(self) -> None:
         """Resume state, then the callbacks: trace and guard, logger, monitor, validation, checkpoints, shapes."""
-        from omegaconf import OmegaConf
-
         from runner.amp.guard import build_guard
-        from runner.report.loggers import build_logger
         from runner.report.monitor import RunMonitor
         from runner.report.shapes import InputShapes
         from runner.training.checkpoints import Checkpointer, find_resume, restore
@@ -424,10 +423,8 @@ class Recipe:
     def collect(self, o: Outcome) -> RunMetrics:
         """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
         from runner.amp.guard import guard_metrics
-        from runner.report import outputs, startup
+        from runner.report import startup
         from runner.report.accuracy import as_metrics
-        from runner.report.loggers import chosen
-        from runner.rundir import resume_check
         from runner.training.optim import decay_record
         from runner.training.validation import best_record, top_records
 
@@ -490,8 +487,6 @@ class Recipe:
 
     def report(self, o: Outcome) -> RunMetrics:
         """metrics.json (written once), curves.png, model.ckpt, the logger's record and the final line."""
-        from runner.report import outputs
-
         cfg, env = self.cfg, self.env
         m = self.collect(o)
         if env.cache is not None:
@@ -519,9 +514,6 @@ class Recipe:
             outputs.plot(m, series, title)
             outputs.finish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
-                from runner.report.speed import record_speed
-                from runner.rundir.atomic import write_json
-
                 write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
                 record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds)  # for plan=true
         except OSError as e:
@@ -537,8 +529,6 @@ class Recipe:
     def _save_model(self, m: RunMetrics) -> Optional[OSError]:
         """Write model.ckpt (atomically) and name it in the metrics; the error when it could not be written,
         so metrics.json never names a checkpoint that does not exist (a full disk)."""
-        from runner.rundir.atomic import save_checkpoint
-
         try:
             save_checkpoint(self.net, RunDir(self.env.run_dir).model)
         except OSError as e:

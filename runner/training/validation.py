@@ -20,9 +20,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import mindspore as ms
 import numpy as np
 from mindspore.train import Callback, EarlyStopping
 
+from runner.report.accuracy import flat
+from runner.rundir.atomic import write_json
 from runner.rundir.layout import VAL_CURVE
 
 log = logging.getLogger("runner")
@@ -111,7 +114,6 @@ class Validation(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        from runner.report.accuracy import flat
 
         results = flat(cb.get("eval_results"))
         if not results or self.skip():
@@ -127,8 +129,6 @@ class Validation(Callback):
         self.results = dict(results)  # every metric of this validation (top-5, per class, ...)
         self.curve.append(point)
         if self.path:
-            from runner.rundir.atomic import write_json
-
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_json(self.path, self.curve)
         log.info(
@@ -254,8 +254,6 @@ def build_watch(
 
 def restore_best(step_cell, checkpointer) -> Optional[str]:
     """Load the best checkpoint into the train cell (after an early stop); return its path, or None."""
-    import mindspore as ms
-
     best = checkpointer.best
     if not best or not checkpointer.writer:
         return None  # data parallel: only the rank that wrote it reads it back, and only it writes outputs
@@ -295,7 +293,6 @@ def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse:
     last = watch.validation.last() if reuse and not (record and record.get("restored")) else {}
     if last:
         return last, record
-    from runner.report.accuracy import flat
 
     return flat(trainer.evaluator.eval(val_data, dataset_sink_mode=False)), record
 
