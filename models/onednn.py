@@ -323,17 +323,51 @@ def _loads(path: Path) -> bool:
         return False
 
 
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the compiler's process group and wait until none of it is left: a linker that outlived its
+    driver would write the temporary library after it was removed, and it would stay in the cache."""
+    import signal
+    import time
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+
+
 def _compile(compiler: str, dnnl: Path, out: Path) -> str:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        proc = subprocess.run(_command(compiler, dnnl, tmp), capture_output=True, text=True, env=_build_env())
-    except BaseException:  # Ctrl-C or a compiler that cannot start: leave no half-built file behind
+        # Its own process group: the driver's children (cc1plus, as, ld) can then be stopped with it.
+        proc = subprocess.Popen(
+            _command(compiler, dnnl, tmp),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_build_env(),
+            start_new_session=True,
+        )
+    except BaseException:  # a compiler that cannot start: leave no file behind
         os.unlink(tmp)
+        raise
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:  # Ctrl-C, SIGTERM: stop the whole build, then leave no half-built file behind
+        _stop_group(proc)
+        Path(tmp).unlink(missing_ok=True)
         raise
     if proc.returncode != 0:
         os.unlink(tmp)
-        errors = [line for line in proc.stderr.splitlines() if "error" in line][:3] or proc.stderr.splitlines()[-3:]
+        errors = [line for line in stderr.splitlines() if "error" in line][:3] or stderr.splitlines()[-3:]
         raise ModelError(
             f"model.conv=onednn: compiling {SOURCE.name} with {compiler} failed: {' / '.join(errors)}. "
             "Use model.conv=native or auto."

@@ -49,3 +49,39 @@ def test_sigterm_before_training_starts_is_named_and_exits_143(tmp_path):
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 143, out
     assert "SIGTERM (signal 15)" in out and "Traceback" not in out, out
+
+
+def compilers_writing(path) -> list:
+    """The pids of processes whose command line names path (the compiler driver, cc1plus, as, ld)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(path).encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc for the compiler's processes")
+def test_sigterm_during_the_onednn_build_stops_the_compiler_and_leaves_no_temporary_file(tmp_path):
+    cache = tmp_path / "cache" / "mindspore-runner"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "runner", f"hydra.run.dir={tmp_path / 'run'}", *TINY, "model.conv=onednn"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 300
+    building = []
+    while proc.poll() is None and time.time() < deadline:
+        building = sorted(cache.glob("tmp*.so")) if cache.is_dir() else []
+        if building and compilers_writing(building[0]):
+            break
+        time.sleep(0.02)
+    assert building, "the build was not seen"
+    time.sleep(0.5)  # the compiler is at work
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "SIGTERM (signal 15)" in out and "Traceback" not in out, out
+    time.sleep(1)  # what an orphaned linker would still write
+    assert not list(cache.glob("tmp*.so")) and not compilers_writing(building[0])
