@@ -99,12 +99,10 @@ def test_a_later_run_that_needs_another_isa_or_device_is_refused(monkeypatch, ca
     with pytest.raises(runner.ConfigError, match="cannot change its device target within a process"):
         environment.check_same_process(compose("device=gpu").device)
     # On an AVX2-only CPU the AVX2 cap (native convolutions) and no cap (onednn) are the same ISA.
-    from runner.models import onednn
-
-    monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma"}))
+    monkeypatch.setattr(environment, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma"}))
     assert environment.effective_isa("AVX2") == environment.effective_isa(None) == ""
     assert environment.effective_isa("sse41") == "SSE41"
-    monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma", "avx512f"}))
+    monkeypatch.setattr(environment, "cpu_flags", lambda: frozenset({"avx", "avx2", "fma", "avx512f"}))
     assert environment.effective_isa("avx2") == "AVX2"
 
 

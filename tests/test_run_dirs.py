@@ -16,8 +16,10 @@ def preflight_of(module: str, *argv):
     """What `python -m <module> argv` checks before Hydra starts (raises the user's error)."""
     from runner.cli.preflight import preflight
 
-    mod = importlib.import_module(module)
-    cli = mod.train if module == "runner.__main__" else mod.cli
+    if module == "runner.__main__":
+        cli = importlib.import_module(module).train
+    else:  # the commands' console-script functions live in the entry layer (runner/cli/commands.py)
+        cli = getattr(importlib.import_module("runner.cli.commands"), module.rsplit(".", 1)[1])
     preflight(cli.app, list(argv))
 
 

@@ -305,7 +305,7 @@ def test_env_set_takes_only_harmless_names(tmp_path, name):
     [
         ("runner.__main__", ["sink.sink_sise=4"], "Could not override 'sink.sink_sise'"),
         ("runner.__main__", ["a=${"], "Error parsing override 'a=\\$\\{'"),
-        ("runner.evaluate", ["run=a,b"], "Ambiguous value for argument 'run=a,b'"),
+        ("runner.cli.commands", ["run=a,b"], "Ambiguous value for argument 'run=a,b'"),
         ("runner.__main__", ["--config-dir", "/no/such/dir"], "--config-dir '/no/such/dir' is not a directory"),
     ],
 )
@@ -318,7 +318,7 @@ def test_hydras_own_composition_errors_are_the_users_mistake(module, args, messa
 
     with pytest.raises(ConfigError, match=message) as e:
         mod = importlib.import_module(module)
-        preflight((mod.train if module == "runner.__main__" else mod.cli).app, args)
+        preflight((mod.train if module == "runner.__main__" else mod.evaluate).app, args)
     assert "\n" not in str(e.value)
 
 

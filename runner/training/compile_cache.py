@@ -126,6 +126,19 @@ def _off(reason: str, quiet: bool = False) -> dict:
     return {"state": "off", "reason": reason}
 
 
+def _entry_script():
+    """Why MindSpore's cache cannot work in this process, or None. MindSpore lists the graph's source files
+    from the entry script it noted when it loaded (sys.argv[0]) and reads that file at every compile: under
+    `python -c`, a pytest-xdist worker or an embedding program it is no file, and the compile fails with
+    FileNotFoundError (seen: '<cwd>/-c')."""
+    from mindspore.graph import api
+
+    path = getattr(api, "entry_script_path", None)
+    if path is None or not os.path.isfile(path):
+        return f"MindSpore's compile cache reads the entry script of this process ({path}), which is not a file"
+    return None
+
+
 def prepare(
     cfg, *, purpose: str, target: str, rank: int = 0, world: int = 1, conv: str = "", isa: str = "", extra=None
 ):
@@ -142,6 +155,9 @@ def prepare(
             "an earlier run in this Python process compiled graphs, and MindSpore numbers the cached graphs per "
             "process (run it in its own process to use the cache)"
         )
+    entry = _entry_script()
+    if entry is not None:
+        return _off(entry)
     if cfg.padding.name != "fixed":
         return _off(
             f"padding={cfg.padding.name} compiles one graph per input shape in the order the data brings them, "
