@@ -44,7 +44,7 @@ def test_a_dir_with_the_cache_disabled_is_refused(tmp_path):
 @pytest.mark.slow
 def test_miss_then_hit_then_a_changed_field_misses_and_a_corrupt_graph_is_recompiled(tmp_path):
     cache = tmp_path / "cache"
-    args = [*TINY, "eval=false", f"compile_cache.dir={cache}"]
+    args = [*TINY, "eval=false", "compile_cache.enabled=true", f"compile_cache.dir={cache}"]
     run_cli(tmp_path / "a", *args)
     second = run_cli(tmp_path / "b", *args)
     a, b = metrics(tmp_path / "a"), metrics(tmp_path / "b")
@@ -73,7 +73,7 @@ def test_miss_then_hit_then_a_changed_field_misses_and_a_corrupt_graph_is_recomp
 def test_an_unwritable_cache_dir_is_one_line_and_the_run_trains(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    proc = run_cli(tmp_path / "run", *TINY, "eval=false", f"compile_cache.dir={blocker}")
+    proc = run_cli(tmp_path / "run", *TINY, "eval=false", "compile_cache.enabled=true", f"compile_cache.dir={blocker}")
     # One line (a warning: the summary repeats it under the last line).
     said = {
         ln.split("compile cache off: ", 1)[1] for ln in (proc.stdout + proc.stderr).splitlines() if "cache off: " in ln

@@ -120,15 +120,21 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
     where = run([str(bin_dir / "python"), "-c", "import runner; print(runner.__file__)"], work).stdout
     assert str(tmp_path / "venv") in where  # the wheel's copy, not this checkout
 
-    # Hugging Face's datasets from PyPI into the same site-packages; what this venv already has is kept
-    # at its version (numpy<2 for MindSpore), so the wheel's runner still runs beside it. pyarrow 24,
+    # Hugging Face's datasets from PyPI into the same site-packages, numpy kept at this venv's version
+    # (numpy<2 for MindSpore), so the wheel's runner still runs beside it. pyarrow 24,
     # which the newest datasets requires, imports only under NumPy 2 (measured: "pyarrow requires NumPy
     # 2.0 or newer"), so pip takes the newest datasets that runs with pyarrow 23 (docs/getting-started.md, Install).
+    # numpy stays at the fresh venv's version (MindSpore needs numpy<2); the others datasets may move: pinning
+    # all of them broke on the registry's drift (fsspec 2026.9 in the venv, datasets asks <=2026.6, so pip went
+    # back to a datasets of 2020 built from source).
     frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "freeze", "--exclude-editable"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     pins = tmp_path / "constraints.txt"
-    lines = [line for line in frozen.splitlines() if "==" in line and " @ " not in line]
+    lines = [line for line in frozen.splitlines() if line.lower().startswith("numpy==")]
     pins.write_text("\n".join([*lines, "pyarrow<24"]) + "\n")
     pip = [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q"]
     run([*pip, "-c", str(pins), "datasets"], work, timeout=900)

@@ -255,8 +255,10 @@ class LadderConfig:
 @dataclass
 class CompileCacheConfig:
     # MindSpore's compile cache, one directory per key of what makes the graphs (runner/training/compile_cache.py):
-    # graph and jit modes with padding=fixed, the first run of a process.
-    enabled: bool = True
+    # graph and jit modes with padding=fixed, the first run of a process. Off by default: MindSpore matches cached
+    # graphs by the order a process compiles them, and a resume that only finished the evaluation (its process
+    # compiled the eval graph first) was handed the training graph's cache and computed garbage (seen here).
+    enabled: bool = False
     dir: Optional[str] = None  # None: $XDG_CACHE_HOME (or ~/.cache)/mindspore-runner/compile-cache
 
 

@@ -40,7 +40,16 @@ def current_rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process (ru_maxrss is in KiB on Linux)."""
+    """Peak resident memory of this process, MiB: Linux's VmHWM, the high-water mark of this program's own
+    memory. ru_maxrss is kept across exec on Linux: a run started by a larger process (a test session with
+    torch loaded, a notebook) reported its parent's peak (2889 MB for a 600 MB run). ru_maxrss elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
