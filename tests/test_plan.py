@@ -70,10 +70,9 @@ def _cache_without_records(tmp_path: Path) -> dict:
     return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
 
 
-CONFIGS = {
-    "resnet8-digits": TINY,
-    "resnet18-64px": [
-        "model=resnet18",
+def _at_64px(model: str) -> list:
+    return [
+        f"model={model}",
         "data=synthetic",
         "data.image_size=64",
         "padding.height=64",
@@ -81,18 +80,10 @@ CONFIGS = {
         "data.num_samples=320",
         "batch_size=64",
         "epochs=1",
-    ],
-    "resnet50-64px": [
-        "model=resnet50",
-        "data=synthetic",
-        "data.image_size=64",
-        "padding.height=64",
-        "padding.width=64",
-        "data.num_samples=320",
-        "batch_size=64",
-        "epochs=1",
-    ],
-}
+    ]
+
+
+CONFIGS = {"resnet8-digits": TINY, "resnet18-64px": _at_64px("resnet18"), "resnet50-64px": _at_64px("resnet50")}
 
 
 @pytest.mark.slow

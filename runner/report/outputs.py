@@ -6,7 +6,7 @@ import os
 import platform
 import resource
 from importlib import metadata
-from typing import Sequence
+from typing import Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -27,30 +27,30 @@ def versions() -> dict:
     return out
 
 
-def current_rss_mb() -> float:
-    """Resident memory of this process now, MiB (Linux /proc; the peak so far elsewhere)."""
+def _status_mb(field: str) -> Optional[float]:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB; None off Linux."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass
-    return peak_rss_mb()
+    return None
+
+
+def current_rss_mb() -> float:
+    """Resident memory of this process now, MiB (Linux /proc; the peak so far elsewhere)."""
+    now = _status_mb("VmRSS")
+    return now if now is not None else peak_rss_mb()
 
 
 def peak_rss_mb() -> float:
     """Peak resident memory of this process, MiB: Linux's VmHWM, the high-water mark of this program's own
     memory. ru_maxrss is kept across exec on Linux: a run started by a larger process (a test session with
     torch loaded, a notebook) reported its parent's peak (2889 MB for a 600 MB run). ru_maxrss elsewhere."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 RANK_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's default job log format
