@@ -140,7 +140,7 @@ def test_readme_user_experiment_and_option_compose_as_written(tmp_path):
 
 
 def test_train_help_has_one_line_per_group_and_the_commands_after_training(tmp_path):
-    from runner.configs import groups
+    from runner.builtin_configs import groups
 
     proc = script("runner-train", "--help", cwd=tmp_path)
     assert proc.returncode == 0 and "powered by Hydra" not in proc.stdout, proc.stderr
@@ -184,3 +184,16 @@ def test_a_dry_run_leaves_no_run_directory(tmp_path):
     proc = script("runner-train", "dry_run=true", "hydra.run.dir=keep", cwd=tmp_path)
     assert proc.returncode == 2 and "not a run of this runner" in " ".join(proc.stderr.split()), proc.stderr
     assert [p.name for p in keep.iterdir()] == ["notes.txt"] and (keep / "notes.txt").read_text() == "mine"
+
+
+def test_runner_configs_and_its_module_print_the_same_listing(tmp_path):
+    by_script = script("runner-configs", "ls", cwd=tmp_path)
+    by_module = subprocess.run(
+        [sys.executable, "-m", "runner.builtin_configs", "ls"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert by_script.returncode == by_module.returncode == 0, by_script.stderr + by_module.stderr
+    assert by_script.stdout == by_module.stdout and "optim" in by_script.stdout

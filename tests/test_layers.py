@@ -16,7 +16,7 @@ from docs_pages import page
 
 # runner/'s parts from the bottom up; a part may import its own modules and those of the parts below it.
 # Parts on one rung (amp, report) do not import each other. errors.py, config/ ... cli/ are folders or files
-# of runner/; "commands" is every other module at runner/'s top (api, evaluate, predict, export, configs,
+# of runner/; "commands" is every other module at runner/'s top (api, evaluate, predict, export, builtin_configs,
 # saved_model and any new one); "entry" is cli/ with runner/__main__.py.
 LAYERS = [["errors"], ["config"], ["rundir"], ["amp", "report"], ["training"], ["commands"], ["entry"]]
 RUNG = {part: rung for rung, parts in enumerate(LAYERS) for part in parts}

@@ -129,3 +129,19 @@ def test_sweepers_and_launchers_write_only_inside_the_sweep_directory(tmp_path):
         submitit = ["hydra/launcher=submitit_local", f"hydra.launcher.submitit_folder={tmp_path / 'mine'}"]
         preflight_of("runner.__main__", *sweep, "seed=1,2", *submitit)
     preflight_of("runner.__main__", *sweep, "seed=1,2", "hydra/launcher=submitit_local")
+
+
+def test_claiming_a_directory_says_what_the_run_does_there(tmp_path):
+    """claim_run_dir's answer names the case: a fresh start, or a finished run that leaves nothing to train."""
+    from runner.rundir.claim import Start, claim_run_dir
+    from runner.rundir.layout import RunDir
+
+    assert claim_run_dir(compose_cfg(*TINY), str(tmp_path / "new"), []) is Start.FRESH
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    write_config(str(finished), compose_cfg(*TINY))
+    with open(RunDir(str(finished)).complete, "w") as f:
+        json.dump({"steps": 44}, f)
+    assert claim_run_dir(compose_cfg(*TINY, "resume=true"), str(finished), []) is Start.NOTHING_TO_TRAIN
+    with pytest.raises(UserError, match="cannot be extended"):  # more epochs, and no checkpoint to continue
+        claim_run_dir(compose_cfg(*TINY, "resume=true", "epochs=2"), str(finished), [])

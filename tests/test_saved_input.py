@@ -88,7 +88,7 @@ def test_a_malformed_config_yaml_is_refused_by_evaluate_and_resume(tmp_path, tex
     assert words in str(e.value)
     if "(Missing" not in words and "model: 3" not in text:  # resume reads the file itself (then compares values)
         with pytest.raises(ConfigError, match=r"config.yaml (is empty|holds a list|cannot be read)"):
-            resume_check.check(compose_cfg(*TINY), str(tmp_path), str(tmp_path / "new"), [])
+            resume_check.check_against_saved(compose_cfg(*TINY), str(tmp_path), str(tmp_path / "new"), [])
 
 
 @pytest.mark.parametrize(

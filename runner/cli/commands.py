@@ -1,9 +1,9 @@
 """The console scripts of the commands that use a finished run (runner-evaluate, runner-predict, runner-export)
 and of runner-configs: each command's `@hydra.main` task and its entry point. The work itself is a function
-of its command module (runner/evaluate.py, predict.py, export.py, configs.py), which knows nothing of the
+of its command module (runner/evaluate.py, predict.py, export.py, builtin_configs.py), which knows nothing of the
 command line; here a user's mistake becomes one paragraph and exit status 2.
 
-`python -m runner.evaluate` (and predict, export, configs) runs the same function as the console script.
+`python -m runner.evaluate` (and predict, export, builtin_configs) runs the same function as the console script.
 """
 
 import argparse
@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
 
-from runner import configs as configs_module
+from runner import builtin_configs
 from runner import convert as convert_module
 from runner import runs as runs_module
 from runner.cli.app import entry_point
@@ -62,10 +62,10 @@ def configs_main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "ls":
-            print(configs_module.listing())
+            print(builtin_configs.listing())
         else:
-            target = configs_module.copy(args.name, args.dest)
-            print(f"Copied {args.name} to {target}. {configs_module.usage_after_copy(args.name, target)}")
+            target = builtin_configs.copy(args.name, args.dest)
+            print(f"Copied {args.name} to {target}. {builtin_configs.usage_after_copy(args.name, target)}")
     except ConfigError as e:
         print_user_error(e)
         return 2

@@ -1,6 +1,7 @@
 """The run directory's life: one run holds it (a lock), a finished run is marked complete, and only
 a resume of that run may reuse it."""
 
+import enum
 import json
 import logging
 import os
@@ -15,8 +16,16 @@ from runner.rundir.resume_check import resume_source
 log = logging.getLogger("runner")
 
 
-def claim(cfg, run_dir: str, overrides) -> bool:
-    """Lock the run directory and decide what a resume may do; True when the run is complete already.
+class Start(enum.Enum):
+    """What a claimed run directory lets this run do."""
+
+    FRESH = "fresh"  # nothing to continue: train from the start
+    RESUME = "resume"  # continue a saved run, its allowed changes applied
+    NOTHING_TO_TRAIN = "nothing to train"  # the run resumed is complete already and epochs did not grow
+
+
+def claim_run_dir(cfg, run_dir: str, overrides) -> Start:
+    """Lock the run directory and decide what this run does in it: start fresh, resume, or nothing.
 
     overrides: the command line's (an lr given there is applied on resume).
 
@@ -31,18 +40,25 @@ def claim(cfg, run_dir: str, overrides) -> bool:
         for stale in (RunDir(run_dir).resume_record, RunDir(run_dir).history):  # a fresh start records no resume
             if os.path.exists(stale):
                 os.remove(stale)
-        return False
-    resume_check.check(cfg, source, run_dir, overrides)  # records what the resume applies
+        return Start.FRESH
+    resume_check.check_against_saved(cfg, source, run_dir, overrides)  # records what the resume applies
     if done and "epochs" not in changes:
         print(
             f"The run in {source} is already complete ({done.get('steps')} steps, {cfg.epochs} epochs); "
             "nothing to train. To train it longer, resume with a larger epochs=...",
             flush=True,
         )
-        return True
+        return Start.NOTHING_TO_TRAIN
     if changes:
         log.warning("resume: applying %s", "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
-    return False
+    return Start.RESUME
+
+
+def claim(cfg, run_dir: str, overrides) -> bool:
+    """TRANSITIONAL (the coordinator removes it): the old name, True when there is nothing to train. Kept only
+    because runner/training/recipe.py, rewritten on another branch this round, still calls it; callers use
+    claim_run_dir."""
+    return claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN
 
 
 def _decide(cfg, run_dir: str, overrides):
@@ -59,7 +75,7 @@ def _decide(cfg, run_dir: str, overrides):
         )
     if source is None or not (RunDir(source).has_checkpoint() or _complete(source)):
         return None, {}, None
-    changes = resume_check.check(cfg, source, run_dir, overrides, record=False)
+    changes = resume_check.check_against_saved(cfg, source, run_dir, overrides, record=False)
     # A named .ckpt branches off wherever it is; a run directory (or resume=true) continues its end.
     done = None if os.path.isfile(os.path.abspath(str(cfg.resume))) else _complete(source)
     if done and "epochs" in changes and not RunDir(source).has_checkpoint():

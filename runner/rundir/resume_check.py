@@ -56,7 +56,7 @@ IGNORED = ("resume", "dry_run", "plan", "hydra", "defaults", "init_from")
 # history.json (layout.HISTORY): every resume of the run, in order ({"from", "changes", "step"} each; "step", the
 # global step resumed from, since runner-runs replay: absent in earlier runs). config.yaml
 # stays the configuration the run started with, so re-running it gives the same result whatever happened
-# since; the run's current settings are config.yaml with these changes applied (current()).
+# since; the run's current settings are config.yaml with these changes applied (config_after_resumes()).
 
 # Where a resume starts from, found without loading MindSpore (the run directory is claimed first).
 
@@ -157,14 +157,17 @@ def _upgraded(saved: dict) -> dict:
     return saved
 
 
-def check(cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: bool = True) -> Dict[str, list]:
-    """Refuse a resume whose configuration differs from the saved one where it cannot; return and
-    record (run_dir/resume.json, unless record=False: the check before Hydra starts) what changes are applied."""
+def check_against_saved(
+    cfg, source_dir: str, run_dir: str, overrides: Iterable[str], record: bool = True
+) -> Dict[str, list]:
+    """cfg against source_dir's saved configuration (as its resumes left it): refuse a resume whose
+    configuration differs where it cannot; return the changes applied, and record them (run_dir/resume.json)
+    unless record=False (the check before Hydra starts)."""
     path = layout.RunDir(source_dir).config
     if not os.path.isfile(path):  # a run from before config.yaml was written at the start
         log.warning("resume: %s has no config.yaml, so the configuration cannot be checked against it", source_dir)
         return {}
-    saved = _with_defaults(current(source_dir))
+    saved = _with_defaults(config_after_resumes(source_dir))
     new = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     changes, refused = compare(saved, new, override_keys(overrides))
     if refused:
@@ -220,7 +223,7 @@ def _history(run_dir: str) -> list:
         return []
 
 
-def current(run_dir: str) -> dict:
+def config_after_resumes(run_dir: str) -> dict:
     """The run's configuration now (as a plain dict): its config.yaml with every resume's changes applied."""
     body = read_saved_config(layout.RunDir(run_dir).config)
     for entry in _history(run_dir):
@@ -233,10 +236,15 @@ def current(run_dir: str) -> dict:
     return body
 
 
-def recorded(run_dir: str) -> Dict[str, list]:
-    """The changes the resume of this run applied (resume.json), {} when there is none."""
+def changes_this_resume_applied(run_dir: str) -> Dict[str, list]:
+    """The changes the resume that started this process applied (resume.json), {} when there is none."""
     try:
         with open(layout.RunDir(run_dir).resume_record) as f:
             return json.load(f).get("changes", {})
     except (OSError, ValueError):
         return {}
+
+
+# TRANSITIONAL (the coordinator removes it): runner/training/recipe.py, rewritten on another branch this round,
+# still calls the old name.
+recorded = changes_this_resume_applied

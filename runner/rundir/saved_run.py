@@ -28,7 +28,7 @@ from runner.rundir.layout import (
     StateProblem,
     read_state,
 )
-from runner.rundir.resume_check import current
+from runner.rundir.resume_check import config_after_resumes
 
 # `data.<field>=...` overrides on the commands: every data field, optional, None = the run's value.
 # Generated from DataConfig so the commands type-check overrides exactly as training does.
@@ -87,7 +87,7 @@ def load_config(run_dir: str, data_overrides=None):
     data_overrides: a DataOverrides node; its fields that are not None replace the run's.
     """
     path = config_path(run_dir)
-    saved = current(run_dir)  # config.yaml with what the run's resumes changed
+    saved = config_after_resumes(run_dir)  # config.yaml with what the run's resumes changed
     try:
         body = {k: v for k, v in saved.items() if k not in ("defaults", "hydra")}
         cfg = OmegaConf.merge(OmegaConf.structured(Config), body)

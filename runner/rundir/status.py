@@ -197,12 +197,12 @@ def _read_records(info: RunInfo, rd: layout.RunDir):
     """Fill info from config.yaml, history.json, metrics.json, latest.json; (status, detail) for a record
     that cannot be read (half-written, or too old for this version), else None."""
     from runner.errors import UserError
-    from runner.rundir.resume_check import current
+    from runner.rundir.resume_check import config_after_resumes
 
     problem = None
     if os.path.exists(rd.config):
         try:
-            info.config = current(rd.path)
+            info.config = config_after_resumes(rd.path)
         except UserError as e:
             return HALF_WRITTEN, _one_line(e)
         old = too_old(info.config)

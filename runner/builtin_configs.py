@@ -9,7 +9,8 @@
 A copy needs a name of its own: under --config-dir, a file named like a built-in option is hidden by the
 built-in one (Hydra finds the packaged groups first), so the default name is my_<option>.
 
-`python -m runner.configs ...` is the same command.
+`python -m runner.builtin_configs ...` is the same command. (The module is not named configs: runner/config/
+is the configuration's schema and checks, this is the library of packaged config files.)
 """
 
 import os
@@ -139,7 +140,7 @@ def usage_after_copy(name: str, target: str) -> str:
     return f"Edit it, then: runner-train --config-dir {root} {plus}{group}={option}"
 
 
-if __name__ == "__main__":  # `python -m runner.configs`: the console script's entry point (runner/cli/commands.py)
+if __name__ == "__main__":  # `python -m runner.builtin_configs`: runner-configs (runner/cli/commands.py)
     from runner.cli.commands import configs
 
     configs()
