@@ -407,14 +407,51 @@ def convert_torch(
     """
     say = show or (lambda _line: None)
     out = out or default_out(src)
+    _check_request(out, tolerance)
+    tensors = read_source(src)
+    depth, in_channels, classes = source_shape(tensors)
+    model = _target_model(src, model, depth)
+    classes_out = num_classes or classes or 1000
+    net, target, head = _build_target(model, depth, classes_out, in_channels, image_size)
+    own = net.parameters_dict()
+    p = plan(tensors, own, target, drop)
+    record = Conversion(src, None, model, depth, classes_out, in_channels)
+    _say_name_map(record, tensors, p, say)
+    if p.missing or p.unexpected or p.misshapen:
+        raise _misfit(src, model, depth, p)
+    values = _load_into(own, tensors, p, src)
+    head_params = {n for n in own if n.startswith(head + ".")}
+    if p.uninitialised and not set(p.uninitialised) <= head_params:
+        kept_source = [s for s in p.dropped if not s.endswith(COUNTER)]
+        record.parity_skipped = f"tensors outside the head were dropped ({', '.join(kept_source[:4])})"
+    else:
+        features_only = bool(p.uninitialised)
+        record.parity, record.parity_skipped = measure_parity(
+            tensors, net, head, depth, in_channels, classes, image_size, features_only
+        )
+    _refuse_outside_tolerance(record, tolerance, say)
+    from runner.rundir.atomic import save_checkpoint
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    save_checkpoint([{"name": t, "data": values[t]} for _, t in p.pairs], out)
+    record.out = out
+    say(f"wrote {out} ({len(p.pairs)} tensors); train from it with: {record.usage()}")
+    if p.uninitialised:
+        say(f"initialised afresh by the network: {', '.join(p.uninitialised)}")
+    return record
+
+
+def _check_request(out: str, tolerance: float) -> None:
     if os.path.exists(out):
         raise ConfigError(f"{out} exists; runner-convert never overwrites a file. Remove it or name another OUT.")
     if not 0 < tolerance:
         raise ConfigError(
             f"--tolerance {tolerance}: a positive number expected (the default is {DEFAULT_TOLERANCE:g})."
         )
-    tensors = read_source(src)
-    depth, in_channels, classes = source_shape(tensors)
+
+
+def _target_model(src: str, model: Optional[str], depth: Optional[int]) -> str:
+    """--model as given, or the runner's ResNet of the source's depth; ConfigError for one that is neither."""
     if model is None:
         if depth not in (18, 34, 50):
             raise ConfigError(
@@ -425,21 +462,22 @@ def convert_torch(
         model = f"resnet{depth}"
     if model not in RUNNER_MODELS and not model.startswith("mindcv:"):
         raise ConfigError(f"--model {model}: one of {', '.join(RUNNER_MODELS)} or mindcv:<arch> expected.")
-    classes_out = num_classes or classes or 1000
-    net, target, head = _build_target(model, depth, classes_out, in_channels, image_size)
-    own = net.parameters_dict()
-    p = plan(tensors, own, target, drop)
-    record = Conversion(src, None, model, depth, classes_out, in_channels)
+    return model
+
+
+def _say_name_map(record: Conversion, tensors: Dict[str, np.ndarray], p: Plan, say: Callable[[str], None]) -> None:
+    """Record and show which source tensor becomes which parameter, and which were dropped."""
     record.name_map = [(s, t, tuple(tensors[s].shape)) for s, t in p.pairs]
     record.dropped, record.uninitialised = p.dropped, p.uninitialised
-    say(f"{src} -> {model} ({len(p.pairs)} tensors):")
+    say(f"{record.source} -> {record.model} ({len(p.pairs)} tensors):")
     for s, t, shape in record.name_map:
         say(f"  {s:<40} -> {t:<40} {shape}")
     for s in p.dropped:
         say(f"  {s:<40} -- dropped ({'BatchNorm step counter' if s.endswith(COUNTER) else '--drop'})")
-    if p.missing or p.unexpected or p.misshapen:
-        raise _misfit(src, model, depth, p)
 
+
+def _load_into(own: Dict[str, Any], tensors: Dict[str, np.ndarray], p: Plan, src: str) -> Dict[str, Any]:
+    """Set the network's parameters from the mapped tensors (refused when one is not finite); return them."""
     import mindspore as ms
 
     from runner.training.checkpoints import usable_weights
@@ -447,40 +485,26 @@ def convert_torch(
     values = usable_weights({t: ms.Tensor(tensors[s]) for s, t in p.pairs}, own, src, hint=HINT)
     for t, v in values.items():
         own[t].set_data(v)
-    head_params = {n for n in own if n.startswith(head + ".")}
-    kept_source = [s for s in p.dropped if not s.endswith(COUNTER)]
-    if p.uninitialised and not set(p.uninitialised) <= head_params:
-        record.parity_skipped = f"tensors outside the head were dropped ({', '.join(kept_source[:4])})"
-    else:
-        features_only = bool(p.uninitialised)
-        record.parity, record.parity_skipped = measure_parity(
-            tensors, net, head, depth, in_channels, classes, image_size, features_only
-        )
-    if record.parity is not None:
-        record.parity["tolerance"] = tolerance
-        d = record.parity
-        say(
-            f"parity: max |difference| of the {d['compared']} {d['max_abs_diff']:.3g} (largest |value| "
-            f"{d['max_abs_output']:.3g}) on a batch of {d['batch']} in eval mode; tolerance {tolerance:g}"
-        )
-        if not d["max_abs_diff"] <= tolerance:
-            raise ConfigError(
-                f"The converted network's {d['compared']} differ from PyTorch's by up to {d['max_abs_diff']:.3g} on "
-                f"the same batch (tolerance {tolerance:g}): {src} converted into {model} does not compute what it "
-                "computed in PyTorch, so nothing was written. Check that --model names the architecture the "
-                "weights were trained as."
-            )
-    else:
-        say(f"parity: not checked: {record.parity_skipped}")
-    from runner.rundir.atomic import save_checkpoint
+    return values
 
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    save_checkpoint([{"name": t, "data": values[t]} for _, t in p.pairs], out)
-    record.out = out
-    say(f"wrote {out} ({len(p.pairs)} tensors); train from it with: {record.usage()}")
-    if p.uninitialised:
-        say(f"initialised afresh by the network: {', '.join(p.uninitialised)}")
-    return record
+
+def _refuse_outside_tolerance(record: Conversion, tolerance: float, say: Callable[[str], None]) -> None:
+    if record.parity is None:
+        say(f"parity: not checked: {record.parity_skipped}")
+        return
+    record.parity["tolerance"] = tolerance
+    d = record.parity
+    say(
+        f"parity: max |difference| of the {d['compared']} {d['max_abs_diff']:.3g} (largest |value| "
+        f"{d['max_abs_output']:.3g}) on a batch of {d['batch']} in eval mode; tolerance {tolerance:g}"
+    )
+    if not d["max_abs_diff"] <= tolerance:
+        raise ConfigError(
+            f"The converted network's {d['compared']} differ from PyTorch's by up to {d['max_abs_diff']:.3g} on "
+            f"the same batch (tolerance {tolerance:g}): {record.source} converted into {record.model} does not compute "
+            "what it computed in PyTorch, so nothing was written. Check that --model names the architecture the "
+            "weights were trained as."
+        )
 
 
 if __name__ == "__main__":  # `python -m runner.convert`: the console script's function (runner/cli/commands.py)

@@ -155,40 +155,16 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
     from runner.report.accuracy import scores
     from runner.report.plots import confusion_plot
 
-    if app.batch_size is not None and app.batch_size < 1:
-        raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    if str(app.classes) not in ("strict", "by_name"):
-        raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
+    _check_settings(app)
     recorded = saved_run.recorded_classes(app.run)
     overlap = evaluation_overlap(app.run, saved_run.load_config(app.run, app.data))
-    settings = OmegaConf.to_container(app, enum_to_str=True)
-    settings = {k: settings.get(k) for k in ("batch_size", "use_amp", "data")}  # what reaches the graphs
-    saved = saved_model.open_run(
-        app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size, "evaluate", settings
-    )
+    saved = _open_for_evaluation(app)
     cfg, target, data, ckpt = saved.cfg, saved.target, saved.data, saved.checkpoint
-    mapping = saved_run.match_classes(
-        recorded,
-        data,
-        f"The data evaluate read ({cfg.data.name} at {cfg.data.get('root')})",
-        by_name=app.classes == "by_name",
-        hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
-        "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
-    )
+    mapping = _class_mapping(app, recorded, cfg, data)
     net, level = saved_model.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
-    logits, labels, loss, batch_mean = run_network(net, data.val)
-    if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
-        labels = mapping[labels]
-        loss = batch_mean = float(np.mean(_cross_entropy(logits, labels)))
+    logits, labels, loss, batch_mean = _run_on_mapped_labels(net, data.val, mapping)
     saved_model.cache_done("evaluate")
-    names = saved_run.class_names(data, logits.shape[1], recorded)
-    result = scores(logits, labels, names)
-    trained = RunDir(app.run).metrics
-    train_acc = None
-    if os.path.isfile(trained):
-        with open(trained) as f:
-            train_acc = json.load(f).get("val_accuracy")
-    overrides = {k: v for k, v in OmegaConf.to_container(app.data, enum_to_str=True).items() if v is not None}
+    result = scores(logits, labels, saved_run.class_names(data, logits.shape[1], recorded))
     metrics = EvalMetrics(
         **result,
         loss=loss,
@@ -198,10 +174,10 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
         checkpoint=ckpt["path"],
         run=os.path.abspath(app.run),
         data=str(cfg.data.name),
-        data_overrides=overrides,
+        data_overrides={k: v for k, v in OmegaConf.to_container(app.data, enum_to_str=True).items() if v is not None},
         amp_level_used=level,
         device_target=target,
-        train_val_accuracy=train_acc,
+        train_val_accuracy=_val_accuracy_in_training(app.run),
         versions=versions(),
         training_overlap=overlap,
     )
@@ -217,6 +193,51 @@ def evaluate(app, out_dir: str) -> EvalMetrics:
         flush=True,
     )
     return metrics
+
+
+def _check_settings(app) -> None:
+    if app.batch_size is not None and app.batch_size < 1:
+        raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
+    if str(app.classes) not in ("strict", "by_name"):
+        raise ConfigError(f"classes={app.classes}: strict (the default) or by_name.")
+
+
+def _open_for_evaluation(app):
+    settings = OmegaConf.to_container(app, enum_to_str=True)
+    settings = {k: settings.get(k) for k in ("batch_size", "use_amp", "data")}  # what reaches the graphs
+    return saved_model.open_run(
+        app.run, app.ckpt, saved_run.load_config(app.run, app.data), app.batch_size, "evaluate", settings
+    )
+
+
+def _class_mapping(app, recorded, cfg, data):
+    """The data's label -> the network's output index (None: the same), or UserError for classes that do not match."""
+    return saved_run.match_classes(
+        recorded,
+        data,
+        f"The data evaluate read ({cfg.data.name} at {cfg.data.get('root')})",
+        by_name=app.classes == "by_name",
+        hint="Evaluate on data of the run's classes (data.root=<folder>); when the data holds the run's classes "
+        "(all or some) under the same names, classes=by_name maps its labels to the network's outputs by name.",
+    )
+
+
+def _run_on_mapped_labels(net, dataset, mapping):
+    """(logits, labels in the network's indices, loss per sample, mean of batch losses)."""
+    logits, labels, loss, batch_mean = run_network(net, dataset)
+    if mapping is not None:  # the loss above used the data's own indices: recompute it on the mapped labels
+        labels = mapping[labels]
+        loss = batch_mean = float(np.mean(_cross_entropy(logits, labels)))
+    return logits, labels, loss, batch_mean
+
+
+def _val_accuracy_in_training(run: str):
+    """The run's own final validation accuracy (its metrics.json), to compare with; None when it has none."""
+    trained = RunDir(run).metrics
+    if not os.path.isfile(trained):
+        return None
+    with open(trained) as f:
+        return json.load(f).get("val_accuracy")
 
 
 if __name__ == "__main__":  # `python -m runner.evaluate`: the console script's entry point (runner/cli/commands.py)

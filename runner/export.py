@@ -182,55 +182,84 @@ def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
 def export(app, out_dir: str) -> dict:
     """Export app.run's network as app.format, check parity, write export.json; return its content."""
     fmt = str(app.format)
-    check_installed(fmt)  # before anything heavy
+    _check_request(app, fmt)  # before anything heavy
+    cfg, saved = _open_for_export(app, fmt)
+    shapes = input_shapes(cfg, saved.data)
+    samples = parity_images(saved.data.val, shapes, app.parity_samples)
+    files = [
+        _write_one(saved.net, app, fmt, (app.batch_size, saved.data.channels, h, w), samples[(h, w)], out_dir, shapes)
+        for h, w in shapes
+    ]
+    result = _record(app, fmt, cfg, saved, files)
+    write_json(os.path.join(out_dir, "export.json"), result)
+    _refuse_a_mismatch(result, fmt, os.path.join(out_dir, "export.json"))
+    worst, checked = result["max_abs_diff"], [f["parity"] for f in files if f["parity"]]
+    print(
+        f"{fmt.upper()} {', '.join(os.path.basename(f['path']) for f in files)} | input "
+        f"{'/'.join('x'.join(map(str, f['input_shape'])) for f in files)} | max |diff| {worst:.2e} | "
+        f"top-1 agreement {result['top1_agreement']:.4f} on {sum(c['samples'] for c in checked)} val images | "
+        f"outputs: {out_dir}",
+        flush=True,
+    )
+    return result
+
+
+def _check_request(app, fmt: str) -> None:
+    check_installed(fmt)
     if app.batch_size < 1 or app.parity_samples < 1:
         raise ConfigError(
             f"batch_size and parity_samples must be positive, got {app.batch_size} and {app.parity_samples}."
         )
+
+
+def _open_for_export(app, fmt: str):
+    """(the run's config, saved_model.open_run's record) with the network in graph mode, inference."""
     cfg = saved_run.load_config(app.run, app.data)
     # The file holds MindSpore's own Conv2D whatever model.conv trained: onednn's AOT operator is a path to
     # a library on this machine and gemm's im2col matrices are large constants. Parameters are the same.
     cfg.model.conv = "native"
     settings = {"format": fmt, "batch_size": app.batch_size, "parity_samples": app.parity_samples}
     saved = saved_model.open_run(app.run, app.ckpt, cfg, None, "export", settings)
-    target, data, net, ckpt = saved.target, saved.data, saved.net, saved.checkpoint
     import mindspore as ms  # only now: open_run set the CPU ISA cap before MindSpore loaded
 
     ms.set_context(mode=ms.GRAPH_MODE)  # export traces the network as a graph, whatever mode it trained in
-    net.set_train(False)
-    shapes = input_shapes(cfg, data)
-    files = []
-    samples = parity_images(data.val, shapes, app.parity_samples)
-    for h, w in shapes:
-        shape = (app.batch_size, data.channels, h, w)
-        base = os.path.join(out_dir, "model" if len(shapes) == 1 else f"model_{h}x{w}")
-        path = write(net, fmt, shape, base)
-        images = samples[(h, w)]
-        check = parity(net, Exported(fmt, path), images, app.batch_size) if len(images) else None
-        files.append({"path": path, "input_shape": list(shape), "bytes": os.path.getsize(path), "parity": check})
-        if check:
-            log.info(
-                "%s: max |difference| %.3g over %d validation images, top-1 agreement %.4f",
-                os.path.basename(path),
-                check["max_abs_diff"],
-                check["samples"],
-                check["top1_agreement"],
-            )
-        else:
-            log.warning("%s: no validation image of %dx%d to check it on", os.path.basename(path), h, w)
+    saved.net.set_train(False)
+    return cfg, saved
+
+
+def _write_one(net, app, fmt: str, shape: tuple, images, out_dir: str, shapes: list) -> dict:
+    """One exported file of this input shape and its parity check on images (None: no image of its shape)."""
+    h, w = shape[2:]
+    path = write(net, fmt, shape, os.path.join(out_dir, "model" if len(shapes) == 1 else f"model_{h}x{w}"))
+    check = parity(net, Exported(fmt, path), images, app.batch_size) if len(images) else None
+    if check:
+        log.info(
+            "%s: max |difference| %.3g over %d validation images, top-1 agreement %.4f",
+            os.path.basename(path),
+            check["max_abs_diff"],
+            check["samples"],
+            check["top1_agreement"],
+        )
+    else:
+        log.warning("%s: no validation image of %dx%d to check it on", os.path.basename(path), h, w)
+    return {"path": path, "input_shape": list(shape), "bytes": os.path.getsize(path), "parity": check}
+
+
+def _record(app, fmt: str, cfg, saved, files: list) -> dict:
+    """export.json: the files, their parity, and what a deployment must know (classes, preprocessing)."""
+    data = saved.data
     checked = [f["parity"] for f in files if f["parity"]]
     worst = max((c["max_abs_diff"] for c in checked), default=None)
-    ok = worst is not None and worst <= app.tolerance
-    result = {
+    return {
         "format": fmt,
         "files": files,
         "max_abs_diff": worst,
         "top1_agreement": min((c["top1_agreement"] for c in checked), default=None),
         "tolerance": app.tolerance,
-        "parity_ok": ok,
-        "checkpoint": ckpt["path"],
+        "parity_ok": worst is not None and worst <= app.tolerance,
+        "checkpoint": saved.checkpoint["path"],
         "run": os.path.abspath(app.run),
-        "device_target": target,
+        "device_target": saved.target,
         "input": {"name": "images", "layout": "NCHW", "dtype": "float32"},
         "output": {
             "name": "logits",
@@ -249,21 +278,14 @@ def export(app, out_dir: str) -> dict:
         "versions": {**versions(), **_format_versions(fmt)},
         "compile_cache": saved_model.cache_done("export"),
     }
-    write_json(os.path.join(out_dir, "export.json"), result)
-    if not ok:
-        what = f"max |difference| {worst:.3g} > tolerance {app.tolerance:g}" if checked else "no image to check"
-        raise UserError(
-            f"The exported {fmt.upper()} file does not match the checkpoint's network ({what}); see "
-            f"{os.path.join(out_dir, 'export.json')}."
-        )
-    agree = result["top1_agreement"]
-    print(
-        f"{fmt.upper()} {', '.join(os.path.basename(f['path']) for f in files)} | input "
-        f"{'/'.join('x'.join(map(str, f['input_shape'])) for f in files)} | max |diff| {worst:.2e} | "
-        f"top-1 agreement {agree:.4f} on {sum(c['samples'] for c in checked)} val images | outputs: {out_dir}",
-        flush=True,
-    )
-    return result
+
+
+def _refuse_a_mismatch(result: dict, fmt: str, record: str) -> None:
+    if result["parity_ok"]:
+        return
+    worst, tolerance = result["max_abs_diff"], result["tolerance"]
+    what = f"max |difference| {worst:.3g} > tolerance {tolerance:g}" if worst is not None else "no image to check"
+    raise UserError(f"The exported {fmt.upper()} file does not match the checkpoint's network ({what}); see {record}.")
 
 
 def _format_versions(fmt: str) -> dict:

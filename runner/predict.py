@@ -129,19 +129,55 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 def predict(app, out_dir: str) -> dict:
     """Classify app.input with a checkpoint of app.run; write predictions.csv into out_dir; return a summary."""
+    _check_settings(app)
+    cfg = saved_run.load_config(app.run, app.data)
+    saved_model.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
+    batch_size = app.batch_size or cfg.batch_size
+    console = Console(stderr=True)
+    good, sizes, bad = _readable_images(app, batch_size, console)  # before anything heavy: a wrong input= fails now
+    saved = saved_model.open_run(app.run, app.ckpt, cfg, batch_size)
+    net, level = saved_model.inference_net(saved.net, cfg, app.use_amp, saved.target, out_dir)
+    names = _class_names(app, cfg, saved.data)
+    k = min(app.topk, len(names))
+    with _bars(console, len(good), batch_size) as bar:
+        top_idx, top_p = _top_k(net, cfg, good, sizes, batch_size, k, bar)
+    csv_path = _write_csv(os.path.join(out_dir, "predictions.csv"), good, names, top_idx, top_p)
+    summary = {
+        "predictions": csv_path,
+        "images": len(good),
+        "skipped": [{"path": shown(p), "reason": r} for p, r in bad],
+        "topk": k,
+        "checkpoint": saved.checkpoint["path"],
+        "run": os.path.abspath(app.run),
+        "amp_level_used": level,
+        "device_target": saved.target,
+        "padding": str(cfg.padding.name),
+    }
+    write_json(os.path.join(out_dir, "predict.json"), summary)
+    _print_table(console, app, good, names, top_idx, top_p)
+    skipped = f", {len(bad)} unreadable skipped" if bad else ""
+    print(f"{len(good)} images classified{skipped} | top-{k} in predictions.csv | outputs: {out_dir}", flush=True)
+    return summary
+
+
+def _check_settings(app) -> None:
     if app.topk < 1:
         raise ConfigError(f"topk must be at least 1, got {app.topk}.")
     if app.batch_size is not None and app.batch_size < 1:
         raise ConfigError(f"batch_size must be positive, got {app.batch_size}.")
-    cfg = saved_run.load_config(app.run, app.data)
-    saved_model.before_mindspore(cfg)  # the image extensions come from runner.datasets.sources, which loads MindSpore
-    paths, odd = find_images(app.input)  # before anything heavy: a wrong input= fails at once
-    batch_size = app.batch_size or cfg.batch_size
-    console = Console(stderr=True)
-    # On a terminal, for more than two batches' worth of files: a bar for reading them, one for predicting.
+
+
+def _bars(console, files: int, batch_size: int) -> Progress:
+    """On a terminal, for more than two batches' worth of files: a progress bar (reading, then predicting)."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    quiet = len(paths) <= 2 * batch_size or not console.is_terminal
-    with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
+    quiet = files <= 2 * batch_size or not console.is_terminal
+    return Progress(*columns, console=console, transient=True, disable=quiet)
+
+
+def _readable_images(app, batch_size: int, console):
+    """(readable image paths, their sizes, (path, reason) of those skipped); InputError when none is readable."""
+    paths, odd = find_images(app.input)
+    with _bars(console, len(paths), batch_size) as bar:
         task = bar.add_task("check ", total=len(paths))
         good, sizes, bad = probe(paths, lambda: bar.advance(task))
     bad = sorted(odd + bad)
@@ -150,9 +186,11 @@ def predict(app, out_dir: str) -> dict:
     if not good:
         names = ", ".join(f"{shown(p)} ({r})" for p, r in bad[:3])
         raise InputError(f"No readable image in input={shown(app.input)}: {names}{' ...' if len(bad) > 3 else ''}.")
-    saved = saved_model.open_run(app.run, app.ckpt, cfg, batch_size)
-    target, data, ckpt = saved.target, saved.data, saved.checkpoint
-    net, level = saved_model.inference_net(saved.net, cfg, app.use_amp, target, out_dir)
+    return good, sizes, bad
+
+
+def _class_names(app, cfg, data) -> list:
+    """The labels of the network's outputs: the run's recorded classes (classes.json) before the data's own."""
     recorded = saved_run.recorded_classes(app.run)
     names = saved_run.class_names(data, saved_run.num_outputs(cfg, data, app.run), recorded)
     current = [str(n) for n in (getattr(data, "class_names", None) or [])]
@@ -163,45 +201,35 @@ def predict(app, out_dir: str) -> dict:
             current[:6],
             recorded[:6],
         )
-    k = min(app.topk, len(names))
+    return names
 
+
+def _top_k(net, cfg, good, sizes, batch_size: int, k: int, bar):
+    """(class indices, probabilities) of each image's k most probable classes, in the order of good."""
     from runner.datasets import build_inputs
 
     inputs = build_inputs(cfg.data, cfg.padding, good, sizes, batch_size)
     top_idx = np.zeros((len(good), k), dtype=np.int64)
     top_p = np.zeros((len(good), k), dtype=np.float64)
-    with Progress(*columns, console=console, transient=True, disable=quiet) as bar:
-        task = bar.add_task("predict", total=len(good))
-        for images, index in inputs.create_tuple_iterator(num_epochs=1):
-            probs = softmax(net(images).asnumpy().astype(np.float64))
-            order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
-            i = index.asnumpy()
-            top_idx[i] = order
-            top_p[i] = np.take_along_axis(probs, order, axis=1)
-            bar.advance(task, len(i))
+    task = bar.add_task("predict", total=len(good))
+    for images, index in inputs.create_tuple_iterator(num_epochs=1):
+        probs = softmax(net(images).asnumpy().astype(np.float64))
+        order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+        i = index.asnumpy()
+        top_idx[i] = order
+        top_p[i] = np.take_along_axis(probs, order, axis=1)
+        bar.advance(task, len(i))
+    return top_idx, top_p
 
-    csv_path = os.path.join(out_dir, "predictions.csv")
+
+def _write_csv(csv_path: str, good, names, top_idx, top_p) -> str:
+    k = top_idx.shape[1]
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["path"] + [c for j in range(1, k + 1) for c in (f"label_{j}", f"prob_{j}")])
         for p, idx, pr in zip(good, top_idx, top_p):
             w.writerow([shown(p)] + [c for j in range(k) for c in (names[idx[j]], f"{pr[j]:.6f}")])
-    summary = {
-        "predictions": csv_path,
-        "images": len(good),
-        "skipped": [{"path": shown(p), "reason": r} for p, r in bad],
-        "topk": k,
-        "checkpoint": ckpt["path"],
-        "run": os.path.abspath(app.run),
-        "amp_level_used": level,
-        "device_target": target,
-        "padding": str(cfg.padding.name),
-    }
-    write_json(os.path.join(out_dir, "predict.json"), summary)
-    _print_table(console, app, good, names, top_idx, top_p)
-    skipped = f", {len(bad)} unreadable skipped" if bad else ""
-    print(f"{len(good)} images classified{skipped} | top-{k} in predictions.csv | outputs: {out_dir}", flush=True)
-    return summary
+    return csv_path
 
 
 def _print_table(console, app, paths, names, top_idx, top_p) -> None:

@@ -146,30 +146,12 @@ def build_trainer(
     """
     update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
     level = resolve_level(amp_cfg.level, device_target)
-    ls = amp_cfg.loss_scale
-    scale_type = str(ls.type)
+    scale_type = str(amp_cfg.loss_scale.type)
     if amp_cfg.level == "auto" and level == "O0":
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
     logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir, label_smoothing)
     native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
-    if native and scale_type == "dynamic":
-        # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path
-        # (on CPU they do not run: docs/mindspore-notes.md#cpu-loss-scale).
-        manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
-        step = nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
-    else:
-        cls = JIT_STEPS[jit_level] if mode == "jit" else ScaledTrainStep
-        step = cls(
-            loss_net,
-            optimizer,
-            scale_type,
-            ls.init,
-            ls.factor,
-            ls.window,
-            ls.drop_overflow_update,
-            grad_stats,
-            **update,
-        )
+    step = _train_step(loss_net, optimizer, amp_cfg.loss_scale, scale_type, native, mode, jit_level, grad_stats, update)
     # One eval cell for both Models: the train Model validates during Model.fit (runner/training/validation.py)
     # and the evaluator after training, and both run the same compiled graph.
     evaluating = eval_cell(logits)
@@ -179,7 +161,7 @@ def build_trainer(
         loss_scale_type_used=scale_type,
         native_loss_scale_cell=native and scale_type == "dynamic",
         keep_fp32=list(amp_cfg.keep_fp32),
-        drops_overflow=drops_overflow(scale_type, ls.drop_overflow_update),
+        drops_overflow=drops_overflow(scale_type, amp_cfg.loss_scale.drop_overflow_update),
     )
     if mode == "graph" and jit_level != "auto":
         # Per cell rather than set_context(jit_config=...): the Python API may run several runs in one process.
@@ -187,3 +169,24 @@ def build_trainer(
             cell.set_jit_config(JitConfig(jit_level=jit_level))
     model = Model(step, eval_network=evaluating, metrics=metrics(), eval_indexes=[0, 1, 2])
     return Trainer(model, step, evaluator, used)
+
+
+def _train_step(loss_net, optimizer, ls, scale_type: str, native: bool, mode: str, jit_level, grad_stats, update):
+    """The cell one training step runs: MindSpore's loss-scale cell where it is native and enough, else ours."""
+    if native and scale_type == "dynamic":
+        # On GPU/Ascend MindSpore's own overflow check and scale update are the fast path
+        # (on CPU they do not run: docs/mindspore-notes.md#cpu-loss-scale).
+        manager = nn.DynamicLossScaleUpdateCell(ls.init, ls.factor, ls.window)
+        return nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, scale_sense=manager)
+    cls = JIT_STEPS[jit_level] if mode == "jit" else ScaledTrainStep
+    return cls(
+        loss_net,
+        optimizer,
+        scale_type,
+        ls.init,
+        ls.factor,
+        ls.window,
+        ls.drop_overflow_update,
+        grad_stats,
+        **update,
+    )

@@ -157,20 +157,11 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
     run_hydra = hydra_main(handled(task))
 
     def cli() -> None:
-        from runner.cli.preflight import preflight
         from runner.report import startup
 
         startup.command_started(cli)  # metrics.json's startup: the import phase ends here
-
         _register_plugins()
-        # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
-        # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
-        # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
-        # SIGTERM as well: its default ends the process at once, silently (rc -15), in the seconds before a
-        # run's own handlers (runner/training/checkpoints.py) take over, and a subprocess it waits on (the
-        # onednn build) is left running; as an exception it unwinds and ends as 143, the signal named.
-        signal.signal(signal.SIGINT, _on_signal)
-        signal.signal(signal.SIGTERM, _on_signal)
+        _catch_interrupts()
         argv = sys.argv[1:]
         prints = prints_only(argv)
         if prints:
@@ -179,34 +170,10 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
             # training run, which must end by its own rules, whatever reads its output.)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         try:
-            try:
-                # The command's own checks (the run= it needs) are for running it, not for Hydra's printing flags.
-                for check in () if prints else checks:
-                    check(argv)
-                preflight(app, argv)
-            except user_errors() as e:
-                print_user_error(e)
-                sys.exit(2)
-            run_hydra()
-        except KeyboardInterrupt:
-            quiet_interrupt()
-        except BrokenPipeError:
-            # `runner-train --help | head`: the reader is gone. As a SIGPIPE'd Unix tool: exit 141, quietly;
-            # stdout goes to /dev/null first, or the interpreter's final flush raises it again.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(141)
-        except Exception:
-            if _interrupted:
-                quiet_interrupt()
-            raise
+            _ending_quietly(lambda: _check_then_run(app, checks, argv, prints, run_hydra))
         finally:
             startup.command_ended()
-        from runner.report.sweep import failed_jobs
-
-        stopped_by = interrupt_signal()
-        if stopped_by is not None:
-            quiet_interrupt(stopped_by)
-        sys.exit(1 if failed_jobs() else 0)
+        sys.exit(_exit_status())
 
     cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__} (conf/{config_name}.yaml)."
     cli.app = app  # type: ignore[attr-defined]
@@ -219,3 +186,56 @@ def job_task(module: str, name: str) -> Callable:
     import importlib
 
     return handled(getattr(importlib.import_module(module), name))
+
+
+def _catch_interrupts() -> None:
+    # Python's own SIGINT handler raises KeyboardInterrupt too, but an import interrupted halfway
+    # can turn it into another error (measured: "ImportError: initialization failed" from MindSpore's
+    # native module; a NameError from scipy): the flag keeps the fact that it was Ctrl-C.
+    # SIGTERM as well: its default ends the process at once, silently (rc -15), in the seconds before a
+    # run's own handlers (runner/training/checkpoints.py) take over, and a subprocess it waits on (the
+    # onednn build) is left running; as an exception it unwinds and ends as 143, the signal named.
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+
+def _check_then_run(app: HydraApp, checks, argv, prints: bool, run_hydra: Callable[[], None]) -> None:
+    """The command's own checks and the pre-flight (a user's mistake: one paragraph, exit 2), then Hydra."""
+    from runner.cli.preflight import preflight
+
+    try:
+        # The command's own checks (the run= it needs) are for running it, not for Hydra's printing flags.
+        for check in () if prints else checks:
+            check(argv)
+        preflight(app, argv)
+    except user_errors() as e:
+        print_user_error(e)
+        sys.exit(2)
+    run_hydra()
+
+
+def _ending_quietly(body: Callable[[], None]) -> None:
+    """body, with an interrupt or a closed pipe ending the command as a Unix tool ends, not as a traceback."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        quiet_interrupt()
+    except BrokenPipeError:
+        # `runner-train --help | head`: the reader is gone. As a SIGPIPE'd Unix tool: exit 141, quietly;
+        # stdout goes to /dev/null first, or the interpreter's final flush raises it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except Exception:
+        if _interrupted:
+            quiet_interrupt()
+        raise
+
+
+def _exit_status() -> int:
+    """0 done, 1 some jobs of a sweep failed; a signal that stopped the command exits here as 128 + it."""
+    from runner.report.sweep import failed_jobs
+
+    stopped_by = interrupt_signal()
+    if stopped_by is not None:
+        quiet_interrupt(stopped_by)
+    return 1 if failed_jobs() else 0

@@ -3,6 +3,7 @@
 import importlib.util
 import math
 import os
+from enum import Enum
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -146,45 +147,86 @@ def _plain(value):
     return list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
 
 
+# Settings that must be above zero.
+POSITIVE = (
+    "batch_size",
+    "epochs",
+    "log_every",
+    "model.width",
+    "optim.lr",
+    "data.num_parallel_workers",
+    "amp.loss_scale.init",
+    "amp.loss_scale.window",
+)
+
+# One setting's own range: (setting, its value is wrong when, what it must be). The message reads
+# "<setting> must be <what>, got <value>".
+RANGES = (
+    ("sink.sink_size", lambda v: v == 0 or v < -1, "-1 (whole epoch) or positive"),
+    ("amp.loss_scale.factor", lambda v: v <= 1, "above 1"),
+    ("model.num_classes", lambda v: v is not None and v <= 0, "positive or null (take it from the data)"),
+    ("data.val_fraction", lambda v: not 0 < v < 1, "between 0 and 1"),
+    ("data.channels", lambda v: v not in (1, 3), "1 (grayscale) or 3 (RGB)"),
+)
+
+# The options whose fields are checked against what they read (USES): (USES key, node, defaults, choice).
+CHOICES = (
+    ("mode", "mode", ModeConfig, "mode.name"),
+    ("data", "data", DataConfig, "data.name"),
+    ("amp.loss_scale", "amp.loss_scale", LossScaleConfig, "amp.loss_scale.type"),
+    ("optim", "optim", OptimConfig, "optim.schedule"),
+    ("optim.name", "optim", OptimConfig, "optim.name"),
+    ("model", "model", ModelConfig, "model.style"),
+    ("augment", "augment", AugmentConfig, "augment.name"),
+)
+
+
 def _problems(cfg):
-    def positive(name, value):
+    """Every problem of cfg, one sentence each, in the order they are listed to the user."""
+    yield from _value_problems(cfg)
+    yield from _unused_field_problems(cfg)
+    yield from _data_problems(cfg)
+    yield from _schedule_and_jit_problems(cfg)
+    yield from _optim_problems(cfg)
+    yield from _model_problems(cfg.model)
+    yield from _machine_problems(cfg)
+    yield from _watch_problems(cfg)
+    yield from _augment_problems(cfg)
+    yield from _range_problems(cfg)
+    yield from _idle_setting_problems(cfg)
+
+
+def _value_problems(cfg):
+    """Each of POSITIVE above zero; each of RANGES within its range (data.* ones after the unused fields)."""
+    for name in POSITIVE:
+        value = OmegaConf.select(cfg, name)
         if value <= 0:
             yield f"{name} must be positive, got {value}"
+    for name, wrong, what in RANGES[:2]:
+        if wrong(OmegaConf.select(cfg, name)):
+            yield f"{name} must be {what}, got {OmegaConf.select(cfg, name)}"
 
-    yield from positive("batch_size", cfg.batch_size)
-    yield from positive("epochs", cfg.epochs)
-    yield from positive("log_every", cfg.log_every)
-    yield from positive("model.width", cfg.model.width)
-    yield from positive("optim.lr", cfg.optim.lr)
-    yield from positive("data.num_parallel_workers", cfg.data.num_parallel_workers)
-    yield from positive("amp.loss_scale.init", cfg.amp.loss_scale.init)
-    yield from positive("amp.loss_scale.window", cfg.amp.loss_scale.window)
-    if cfg.sink.sink_size == 0 or cfg.sink.sink_size < -1:
-        yield f"sink.sink_size must be -1 (whole epoch) or positive, got {cfg.sink.sink_size}"
-    if cfg.amp.loss_scale.factor <= 1:
-        yield f"amp.loss_scale.factor must be above 1, got {cfg.amp.loss_scale.factor}"
-    for section, node, defaults, kind in (
-        ("mode", cfg.mode, ModeConfig(), cfg.mode.name),
-        ("data", cfg.data, DataConfig(), cfg.data.name),
-        ("amp.loss_scale", cfg.amp.loss_scale, LossScaleConfig(), cfg.amp.loss_scale.type),
-        ("optim", cfg.optim, OptimConfig(), cfg.optim.schedule),
-        ("optim.name", cfg.optim, OptimConfig(), cfg.optim.name),
-        ("model", cfg.model, ModelConfig(), cfg.model.style.value),
-        ("augment", cfg.augment, AugmentConfig(), cfg.augment.name),
-    ):
-        ignored = unused_fields(section, node, defaults, kind)
+
+def _unused_field_problems(cfg):
+    for section, node, defaults, choice in CHOICES:
+        kind = OmegaConf.select(cfg, choice)
+        kind = kind.value if isinstance(kind, Enum) else kind  # model.style is an Enum: its option is its value
+        ignored = unused_fields(section, OmegaConf.select(cfg, node), defaults(), kind)
         if ignored:
             yield _unused_message(section, kind, ignored)
-    if cfg.model.num_classes is not None and cfg.model.num_classes <= 0:
-        yield f"model.num_classes must be positive or null (take it from the data), got {cfg.model.num_classes}"
-    if not 0 < cfg.data.val_fraction < 1:
-        yield f"data.val_fraction must be between 0 and 1, got {cfg.data.val_fraction}"
-    if cfg.data.channels not in (1, 3):
-        yield f"data.channels must be 1 (grayscale) or 3 (RGB), got {cfg.data.channels}"
+
+
+def _data_problems(cfg):
+    for name, wrong, what in RANGES[2:]:
+        if wrong(OmegaConf.select(cfg, name)):
+            yield f"{name} must be {what}, got {OmegaConf.select(cfg, name)}"
     if len(cfg.data.mean) != cfg.data.channels or len(cfg.data.std) != cfg.data.channels:
         yield f"data.mean and data.std need {cfg.data.channels} values (data.channels)"
     if any(s <= 0 for s in cfg.data.std):
         yield f"data.std must be positive, got {list(cfg.data.std)}"
+
+
+def _schedule_and_jit_problems(cfg):
     if cfg.optim.warmup_epochs < 0 or cfg.optim.warmup_epochs > cfg.epochs:
         yield f"optim.warmup_epochs must be between 0 and epochs ({cfg.epochs}), got {cfg.optim.warmup_epochs}"
     if cfg.optim.min_lr < 0 or cfg.optim.min_lr >= cfg.optim.lr:
@@ -193,8 +235,10 @@ def _problems(cfg):
         yield "mode.jit_level=O2 is for mode=graph: mindspore.jit (mode=jit) compiles at O0 or O1 only"
     elif cfg.mode.jit_level == "O2" and cfg.device.target in ("cpu", "gpu"):
         yield f"mode.jit_level=O2 (whole-graph sinking) runs on Ascend only; device={cfg.device.target} runs O0 or O1"
-    yield from _optim_problems(cfg)
-    yield from _model_problems(cfg.model)
+
+
+def _machine_problems(cfg):
+    """The seed, the CPUs, the port and the data's folder: what this machine and run need."""
     if not 0 <= cfg.seed <= SEED_MAX:
         yield f"seed must be between 0 and 2**32 - 1 ({SEED_MAX}), got {cfg.seed}"
     cpus = os.cpu_count() or 1
@@ -207,9 +251,10 @@ def _problems(cfg):
         yield f"distributed.master_port must be 0 (pick a free one) or a port in 1..65535, got {d.master_port}"
     if cfg.data.name in ("imagefolder", "cifar10", "cifar100", "mnist", "csv", "mindrecord") and not cfg.data.root:
         yield f"data={cfg.data.name} needs data.root"
-    yield from _watch_problems(cfg)
-    yield from _augment_problems(cfg)
-    yield from _range_problems(cfg)
+
+
+def _idle_setting_problems(cfg):
+    """A setting that does nothing while its switch is off."""
     if not cfg.compile_cache.enabled and cfg.compile_cache.dir is not None:
         yield f"compile_cache.dir={cfg.compile_cache.dir} does nothing with compile_cache.enabled=false; remove one"
     pr = cfg.profile

@@ -29,44 +29,71 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     graph mode, so this switches to PyNative; call it after training, when the mode no longer
     matters to the measurements (docs/mindspore-notes.md#warm-caches).
     """
-    import mindspore as ms
-    from mindspore import Tensor, nn
+    counter = _LayerCounter(net)
+    _probe_one_sample(net, counter, channels, height, width)
+    return {
+        "conv": counter.conv,
+        "dense": counter.dense,
+        "total": counter.conv + counter.dense,
+        "conv_paths": dict(sorted(counter.paths.items())),
+        "activations": counter.activations,  # output values of every layer, one sample
+        "layers": counter.layers,
+    }
 
-    counts = {"conv": 0, "dense": 0, "activations": 0, "layers": 0}
-    paths = {}  # convolution algorithm (models/conv.py) -> layers and forward FLOPs it ran
 
-    def conv_hook(cell, inputs, output):
+class _LayerCounter:
+    """Forward hooks that add up each layer's FLOPs, output values and convolution path."""
+
+    def __init__(self, net):
+        self.conv = self.dense = self.activations = self.layers = 0
+        self.paths: dict = {}  # convolution algorithm (models/conv.py) -> layers and forward FLOPs it ran
+        self.names = {id(cell): name for name, cell in net.cells_and_names()}  # which layer took which path
+
+    def hook(self, net) -> list:
+        """Register the hooks on net's cells; their handles."""
+        from mindspore import nn
+
+        handles = []
+        for _, cell in net.cells_and_names():
+            if isinstance(cell, nn.Conv2d):
+                handles.append(cell.register_forward_hook(self.on_conv))
+            elif isinstance(cell, nn.Dense):
+                handles.append(cell.register_forward_hook(self.on_dense))
+            if not cell.name_cells():
+                handles.append(cell.register_forward_hook(self.on_leaf))
+        return handles
+
+    def on_conv(self, cell, inputs, output):
         _, cout, hout, wout = output.shape
         cin = inputs[0].shape[1] // cell.group
         kh, kw = cell.kernel_size
         flops = 2 * cout * hout * wout * cin * kh * kw
-        counts["conv"] += flops
-        path = conv_path(cell, inputs[0].shape)
-        entry = paths.setdefault(path, {"layers": 0, "forward_flops_per_sample": 0, "names": []})
+        self.conv += flops
+        entry = self.paths.setdefault(
+            conv_path(cell, inputs[0].shape), {"layers": 0, "forward_flops_per_sample": 0, "names": []}
+        )
         entry["layers"] += 1
         entry["forward_flops_per_sample"] += flops
-        entry["names"].append(names.get(id(cell), "?"))
+        entry["names"].append(self.names.get(id(cell), "?"))
 
-    def dense_hook(cell, inputs, output):
-        counts["dense"] += 2 * cell.in_channels * cell.out_channels
+    def on_dense(self, cell, inputs, output):
+        self.dense += 2 * cell.in_channels * cell.out_channels
 
-    def leaf_hook(cell, inputs, output):
+    def on_leaf(self, cell, inputs, output):
         # Every layer's output is kept for the backward pass: the activations of one sample (plan=true).
         for out in output if isinstance(output, (tuple, list)) else (output,):
-            counts["activations"] += int(np.prod(out.shape))
-        counts["layers"] += 1
+            self.activations += int(np.prod(out.shape))
+        self.layers += 1
+
+
+def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, width: int) -> None:
+    """One zero sample through net in PyNative inference, the hooks on; the mode and net's state restored."""
+    import mindspore as ms
+    from mindspore import Tensor
 
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    handles = []
-    names = {id(cell): name for name, cell in net.cells_and_names()}  # which layer took which path
-    for _, cell in net.cells_and_names():
-        if isinstance(cell, nn.Conv2d):
-            handles.append(cell.register_forward_hook(conv_hook))
-        elif isinstance(cell, nn.Dense):
-            handles.append(cell.register_forward_hook(dense_hook))
-        if not cell.name_cells():
-            handles.append(cell.register_forward_hook(leaf_hook))
+    handles = counter.hook(net)
     try:
         net.set_train(False)  # BatchNorm must not update its statistics from this probe
         net(Tensor(np.zeros((1, channels, height, width), np.float32)))
@@ -75,14 +102,6 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
             h.remove()
         net.set_train(training)
         ms.set_context(mode=mode)
-    return {
-        "conv": counts["conv"],
-        "dense": counts["dense"],
-        "total": counts["conv"] + counts["dense"],
-        "conv_paths": dict(sorted(paths.items())),
-        "activations": counts["activations"],  # output values of every layer, one sample
-        "layers": counts["layers"],
-    }
 
 
 def conv_path(cell, input_shape) -> str:
