@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY, compose_cfg
 from docs_pages import page
 from test_train import PINNED_LOSS, PINNED_VAL
 
@@ -137,3 +137,15 @@ def test_a_signal_raises_interrupted_and_the_run_resumes(tmp_path):
     assert str(run) not in lock._held and not (run / "metrics.json").exists()
     m = runner.train(runner.compose(*TINY, "epochs=3", "resume=true"), str(run))
     assert m.steps == 132 == len(m.loss_curve) and m.resumed_from
+
+
+def test_the_api_refuses_a_file_as_run_dir_as_the_cli_does(tmp_path):
+    import runner
+
+    run_dir = tmp_path / "a-file"
+    run_dir.write_text("mine")
+    with pytest.raises(runner.UserError, match="a-file.*not a directory"):
+        runner.train(compose_cfg(*TINY), str(run_dir))
+    assert run_dir.read_text() == "mine"
+    with pytest.raises(runner.UserError, match="not a directory"):
+        runner.train(compose_cfg(*TINY), str(run_dir / "below"))

@@ -1,5 +1,6 @@
 """runner/cli/app.py and runner/__main__.py: a signal in the first seconds of a command, before a run's own
-handlers take over (runner/training/checkpoints.py), ends it naming the signal, exit 128 + signal."""
+handlers take over (runner/training/checkpoints.py), ends it naming the signal, exit 128 + signal; Ctrl-C while
+MindSpore imports and on a sweep; a closed pipe ends a command quietly."""
 
 import os
 import signal
@@ -85,3 +86,90 @@ def test_sigterm_during_the_onednn_build_stops_the_compiler_and_leaves_no_tempor
     assert proc.returncode == 143 and "SIGTERM (signal 15)" in out and "Traceback" not in out, out
     time.sleep(1)  # what an orphaned linker would still write
     assert not list(cache.glob("tmp*.so")) and not compilers_writing(building[0])
+
+
+def _loaded(pid: int, library: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return library in f.read()
+    except OSError:
+        return False
+
+
+def test_ctrl_c_while_mindspore_imports(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", *TINY, f"hydra.run.dir={tmp_path}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    # MindSpore's first native library is mapped early in `import mindspore`; the import goes on for seconds.
+    while not _loaded(proc.pid, "mindspore") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err[-3000:])
+    assert "Traceback" not in err and "NameError" not in err, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_sweep(tmp_path):
+    # The job running when the sweep's process gets SIGINT saves a checkpoint and stops; the rest never
+    # start; the summary says which is which; the exit status is 130, with no traceback.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = ["-m", f"hydra.sweep.dir={tmp_path}", "seed=0,1,2", "epochs=4", "log_every=1"]
+    args += ["padding.height=8", "padding.width=8", "model.width=8", "checkpoint.every_epochs=0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = tmp_path / "0" / "runner.log"
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if log.exists() and "step" in log.read_text():
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # the sweep's process only, as a console's Ctrl-C reaches it
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, (proc.returncode, out[-2000:], err[-3000:])
+    assert "Traceback" not in err and "Interrupted by SIGINT (signal 2)." in err, err
+    assert "interrupted #0" in out and "2 not started" in out, out
+    assert (tmp_path / "0" / "checkpoints" / "latest.json").exists()  # saved on the signal, not killed
+    assert "interrupted" in (tmp_path / "summary.md").read_text()
+    assert not (tmp_path / "1").exists()
+
+
+def test_a_sweep_stopped_by_sigterm_exits_143_naming_it(monkeypatch, capsys):
+    # 128 + the signal that reached the sweep (passed on to its job), not 130 whatever it was.
+    from hydra_plugins.runner_launcher import isolated_launcher
+    from runner.cli import app
+
+    monkeypatch.setitem(isolated_launcher._interrupted, "signal", "SIGTERM")
+    assert app.interrupt_signal() == signal.SIGTERM
+    with pytest.raises(SystemExit) as e:
+        app.quiet_interrupt(app.interrupt_signal())
+    assert e.value.code == 143 and "Interrupted by SIGTERM (signal 15)." in capsys.readouterr().err
+    monkeypatch.setitem(isolated_launcher._interrupted, "signal", None)
+    assert app.interrupt_signal() is None
+
+
+def test_help_into_a_closed_pipe_exits_quietly():
+    # `python -m runner --help | head -1`, made deterministic: the reader is gone before the first write.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "runner", "--help"], cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    # Ended by SIGPIPE as `head` expects of a filter (a shell reports 141 = 128 + SIGPIPE), or exit 141.
+    assert proc.returncode in (141, -signal.SIGPIPE) and "Traceback" not in proc.stderr, proc.stderr

@@ -9,7 +9,7 @@ import tempfile
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import TINY, metrics, outputs_of, run_cli, run_in_process, run_module
+from conftest import TINY, compose_cfg, metrics, outputs_of, run_cli, run_in_process, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import conv as C
@@ -432,7 +432,6 @@ def test_best_takes_onednn_where_it_pays_and_then_needs_no_compiler(tmp_path, mo
 
 
 def test_the_runner_decides_best_before_mindspore_loads(monkeypatch):
-    from conftest import compose_cfg
 
     from runner.models import onednn
     from runner.training.environment import ISA_VAR, choose_conv
@@ -456,8 +455,6 @@ def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
     """Each data-parallel rank on one host gets its share of the CPUs, and onednn's pool keeps to it."""
     import subprocess
     import sys
-
-    from conftest import compose_cfg
 
     from runner.training.distributed import rank_threads
 
@@ -543,7 +540,6 @@ def test_each_choice_trains_and_says_which_path_ran(tmp_path, tiny, choice):
 
 
 def test_the_cpu_isa_cap_follows_the_convolution_path(monkeypatch):
-    from conftest import compose_cfg
 
     from runner.training.environment import ISA_VAR, cap_cpu_isa
 
@@ -562,7 +558,6 @@ def test_the_cpu_isa_cap_follows_the_convolution_path(monkeypatch):
 
 
 def test_a_conv_choice_a_mindcv_model_would_ignore_is_refused():
-    from conftest import compose_cfg
 
     from runner.models.build import build_model
 
@@ -625,3 +620,42 @@ def test_onednn_without_a_compiler_fails_before_anything_runs(tmp_path, tiny):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no C++ compiler (CXX=/no/such/g++)" in " ".join(proc.stderr.split())
+
+
+@pytest.fixture
+def read_only_cache(tmp_path):
+    """$XDG_CACHE_HOME on a read-only bind mount that already holds mindspore-runner/ (EROFS, which is
+    no PermissionError; root ignores chmod, so a mount is the only honest read-only folder here)."""
+    import subprocess
+
+    src, mnt = tmp_path / "src", tmp_path / "cache"
+    (src / "mindspore-runner").mkdir(parents=True, mode=0o700)
+    mnt.mkdir()
+    if subprocess.run(["mount", "--bind", str(src), str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(mnt)], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+@pytest.mark.slow
+def test_a_read_only_cache_falls_back_to_a_temporary_directory(read_only_cache, monkeypatch):
+    import errno
+    import tempfile
+
+    from runner.models import onednn
+    from runner.models.errors import ModelError
+
+    try:
+        onednn.find_compiler()
+    except ModelError:
+        pytest.skip("no C++ compiler: the library is not built here")
+    with pytest.raises(OSError) as e:
+        (read_only_cache / "mindspore-runner" / "probe").write_text("x")
+    assert e.value.errno == errno.EROFS
+    monkeypatch.setenv("XDG_CACHE_HOME", str(read_only_cache))
+    built = onednn.library()
+    assert built.startswith(tempfile.gettempdir()) and not built.startswith(str(read_only_cache))

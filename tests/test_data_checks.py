@@ -1,5 +1,6 @@
 """What every data reader and the MindRecord converter refuse (docs/data-checks.md): non-regular files,
-labels outside the classes, validation classes training lacks, and an output folder that is not theirs."""
+labels outside the classes, validation classes training lacks, an output folder that is not theirs, and images
+removed while a run reads them."""
 
 import os
 import signal
@@ -169,3 +170,28 @@ def test_a_mindspore_error_is_quoted_with_its_reason(tmp_path):
     assert "mindrecord file header is larger than the upper limit" in text and "C++" not in text
     assert "Exception thrown from dataset pipeline" not in text
     assert "\n" not in text  # one paragraph
+
+
+@pytest.mark.slow
+def test_images_removed_mid_run_end_it_with_one_paragraph_naming_a_file(tmp_path):
+    from conftest import start_cli, wait_for, word_digit_folder
+
+    root = word_digit_folder(tmp_path / "data", per_class=12, val_per_class=1)
+    run = tmp_path / "run"
+    args = ["epochs=300", "padding.height=8", "padding.width=8", "model.width=8", "log_every=1000", "batch_size=16"]
+    args += ["data=imagefolder", f"data.root={root}", "data.channels=1", "data.mean=[0.5]", "data.std=[0.5]"]
+    proc = start_cli(run, *args)
+    try:
+        wait_for(proc, lambda: (run / "checkpoints" / "latest.json").exists())
+        removed = sorted(root.glob("train/*/*.png"))
+        for p in removed:
+            p.unlink()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    text = " ".join(out.split())
+    assert proc.returncode == 2, out[-3000:]
+    assert "The data changed while the run read it: '" in text and "Traceback" not in text
+    named = text.split("The data changed while the run read it: '", 1)[1].split("'", 1)[0]
+    assert named in {str(p) for p in removed}
+    assert (run / "checkpoints" / "latest.json").exists() and list(run.glob("checkpoints/step_*.ckpt"))

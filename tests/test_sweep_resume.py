@@ -90,7 +90,7 @@ def test_a_killed_sweep_run_again_ends_as_an_uninterrupted_one(tmp_path):
             metrics(cut / a[key]["dir"].split("/")[-1])["loss_curve"]
             == metrics(whole / a[key]["dir"].split("/")[-1])["loss_curve"]
         )
-    # The resumed job is bit-identical to the uninterrupted one, as a resumed run is (tests/test_resume.py).
+    # The resumed job is bit-identical to the uninterrupted one, as a resumed run is (tests/test_checkpoints.py).
     w, c = _weights(whole / "1" / "model.ckpt"), _weights(cut / "1" / "model.ckpt")
     assert max(float(np.abs(w[k] - c[k]).max()) for k in w) == 0.0
     assert "kept (finished earlier)" in (cut / "summary.md").read_text()

@@ -1,9 +1,10 @@
-"""End-to-end training through `python -m runner` on tiny shapes."""
+"""End-to-end training through `python -m runner` on tiny shapes, and what a run says about its set-up."""
 
 import math
+import signal
 
 import pytest
-from conftest import EVAL_OFF, EVAL_OFF_ISA, TINY, compose_cfg, metrics, run_cli, run_in_process
+from conftest import EVAL_OFF, EVAL_OFF_ISA, TINY, compose_cfg, metrics, run_cli, run_in_process, start_cli, wait_for
 
 # The default configuration at TINY size, seed 0, measured on MindSpore 2.10.0 CPU (graph, O0): the loss
 # at steps 1, 11, 22, 33 and 44 of the one epoch, and the validation result. A change to the data
@@ -113,3 +114,24 @@ def test_checkpoints_are_written_read_only_for_their_owner(tiny_run):
     # MindSpore's save_checkpoint makes every .ckpt mode 0400, and the runner keeps that (docs/checkpoints.md).
     files = [tiny_run / "model.ckpt", *sorted((tiny_run / "checkpoints").glob("step_*.ckpt"))]
     assert len(files) > 1 and all((f.stat().st_mode & 0o777) == 0o400 for f in files)
+
+
+@pytest.mark.slow
+def test_more_model_classes_than_the_data_has_warns(tmp_path):
+    proc = run_in_process(tmp_path, *TINY, "model.num_classes=100", "eval=false", "save_checkpoint=false")
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert "model.num_classes=100 but the data has 10 classes" in text and "90 extra outputs" in text
+
+
+@pytest.mark.slow
+def test_a_very_long_plan_is_announced_before_its_set_up(tmp_path):
+    proc = start_cli(tmp_path, *[o for o in TINY if not o.startswith("epochs=")], "epochs=100000", "log_every=20")
+    log = tmp_path / "runner.log"
+    try:
+        # Announced, and training starts without minutes of set-up: the learning-rate schedule is a
+        # cell computed from the step, not a list of 4.4M rates.
+        wait_for(proc, lambda: log.exists() and "step 20/4400000" in log.read_text(), timeout=120)
+        assert "100000 epochs of 44 steps: 4400000 steps" in log.read_text()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)

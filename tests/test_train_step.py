@@ -1,13 +1,86 @@
-"""The train step's clipping, gradient accumulation and weight EMA (optim.clip_grad_norm,
-optim.accumulate_steps, ema.decay): exact checks on a small network in both execution modes, and
-their effect through the CLI."""
+"""runner/amp/train_step.py: the loss-scaled train step (an overflow skips the update and halves the scale; good
+steps grow it), gradient clipping, accumulation and the weights' EMA (optim.clip_grad_norm,
+optim.accumulate_steps, ema.decay): exact checks on a small network in both execution modes, and their effect
+through the CLI."""
 
-import numpy as np
-import pytest
+import os
+
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+
+import mindspore as ms  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 from conftest import TINY, compose_cfg, metrics, run_cli, run_in_process
+from mindspore import Tensor, nn  # noqa: E402
+
+from runner.amp.train_step import FP32Logits, ScaledTrainStep  # noqa: E402
 
 
-def _weights(path):
+def _step(scale_type, init, window=1000, drop=False, mode=ms.GRAPH_MODE):
+    ms.set_context(mode=mode)
+    ms.set_seed(0)
+    net = nn.Dense(4, 3)
+    loss_net = nn.WithLossCell(FP32Logits(net), nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+    opt = nn.Momentum(net.trainable_params(), 0.01, 0.9)
+    return net, ScaledTrainStep(loss_net, opt, scale_type, init, 2.0, window, drop)
+
+
+# Inputs up to 10 give weight gradients of order 1, so a 3e38 scale overflows FP32.
+X = Tensor((np.random.RandomState(0).rand(8, 4) * 10).astype(np.float32))
+Y = Tensor(np.arange(8, dtype=np.int32) % 3)
+
+
+def _weights(net):
+    return net.weight.asnumpy().copy()
+
+
+@pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])
+def test_dynamic_overflow_skips_step_and_halves_scale(mode):
+    # A scale of 3e38 makes the scaled FP32 gradients overflow to inf.
+    net, step = _step("dynamic", 3e38, mode=mode)
+    before = _weights(net)
+    loss, overflow, used = step(X, Y)
+    assert bool(overflow.asnumpy()) is True
+    assert float(used.asnumpy()) == pytest.approx(3e38)  # the step reports the scale it used
+    assert float(step.scale.asnumpy()) == pytest.approx(1.5e38)  # and halves it for the next
+    assert int(step.skipped.asnumpy()) == 1
+    np.testing.assert_array_equal(_weights(net), before)  # the update was skipped
+    assert np.isfinite(loss.asnumpy())
+
+
+def test_dynamic_scale_grows_after_window_good_steps():
+    net, step = _step("dynamic", 8.0, window=2)
+    before = _weights(net)
+    used = [float(step(X, Y)[2].asnumpy()) for _ in range(4)]
+    assert used == [8.0, 8.0, 16.0, 16.0]  # doubled after every 2 good steps
+    assert float(step.scale.asnumpy()) == 32.0
+    assert int(step.skipped.asnumpy()) == 0
+    assert not np.array_equal(_weights(net), before)
+
+
+def test_fixed_scale_without_drop_applies_overflowed_update():
+    net, step = _step("fixed", 3e38, drop=False)
+    _, overflow, scale = step(X, Y)
+    assert bool(overflow.asnumpy()) and float(scale.asnumpy()) == pytest.approx(3e38)
+    assert not np.isfinite(_weights(net)).all()  # what drop_overflow_update=true protects against
+
+
+def test_fixed_scale_with_drop_skips_overflowed_update():
+    net, step = _step("fixed", 3e38, drop=True)
+    before = _weights(net)
+    _, overflow, scale = step(X, Y)
+    assert bool(overflow.asnumpy()) and float(scale.asnumpy()) == pytest.approx(3e38)
+    np.testing.assert_array_equal(_weights(net), before)
+
+
+def test_no_scale_trains_like_plain_step():
+    net, step = _step("none", 1024.0)
+    losses = [float(step(X, Y)[0].asnumpy()) for _ in range(5)]
+    assert float(step.scale.asnumpy()) == 1.0
+    assert losses[-1] < losses[0]
+
+
+def _saved_weights(path):
     import mindspore as ms
 
     return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
@@ -136,7 +209,7 @@ def test_overflowing_window_skips_its_update_and_halves_the_scale():
 
 def _moved(run_dir, base_dir):
     """Global distance of the trained conv/dense weights from another run's."""
-    a, b = _weights(run_dir / "model.ckpt"), _weights(base_dir / "model.ckpt")
+    a, b = _saved_weights(run_dir / "model.ckpt"), _saved_weights(base_dir / "model.ckpt")
     keys = [k for k in a if k.endswith("weight") and "bn" not in k and ".1." not in k]
     return float(np.sqrt(sum(((a[k] - b[k]) ** 2).sum() for k in keys)))
 
@@ -177,8 +250,8 @@ def test_ema_is_what_is_evaluated_and_saved(tmp_path, tiny_run):
     assert ema["final_loss"] == plain["final_loss"]  # the same training ...
     assert ema["val_loss"] != plain["val_loss"]  # ... evaluated on other weights
     assert ema["val_accuracy"] > plain["val_accuracy"] - 0.05, (ema["val_accuracy"], plain["val_accuracy"])
-    saved = _weights(tmp_path / "ema" / "model.ckpt")
-    last = _weights(tmp_path / "ema" / "checkpoints" / "step_00000044.ckpt")
+    saved = _saved_weights(tmp_path / "ema" / "model.ckpt")
+    last = _saved_weights(tmp_path / "ema" / "checkpoints" / "step_00000044.ckpt")
     assert not any(k.startswith("ema.") for k in saved)
     for k, v in saved.items():  # model.ckpt holds the average, which the resumable checkpoint keeps as ema.*
         np.testing.assert_array_equal(v, last["ema." + k])
@@ -190,7 +263,7 @@ def test_resume_keeps_the_ema_and_the_window(tmp_path):
     args = ["epochs=2", *small, "ema.decay=0.8", "optim.accumulate_steps=3"]
     run_cli(tmp_path / "full", *args)
     run_cli(tmp_path / "resumed", *args, f"resume={tmp_path}/full/checkpoints/step_00000044.ckpt")
-    a, b = _weights(tmp_path / "full" / "model.ckpt"), _weights(tmp_path / "resumed" / "model.ckpt")
+    a, b = _saved_weights(tmp_path / "full" / "model.ckpt"), _saved_weights(tmp_path / "resumed" / "model.ckpt")
     assert max(float(np.abs(a[k] - b[k]).max()) for k in a) == 0.0  # step 44 is mid-window (44 % 3 = 2)
 
 

@@ -1,4 +1,5 @@
-"""Resumable checkpoints: exact resume at an epoch boundary and after a signal, rotation, errors."""
+"""runner/training/checkpoints.py: resumable checkpoints, exact resume at an epoch boundary and after a signal,
+rotation (keep_last, keep_best), errors."""
 
 import json
 import signal
@@ -116,3 +117,21 @@ def test_keep_best_off_keeps_only_the_last(tmp_path):
 def test_every_epochs_zero_saves_no_periodic_checkpoint(tmp_path):
     run_in_process(tmp_path, *TINY, "eval=false", "checkpoint.every_epochs=0")
     assert not (tmp_path / "checkpoints").exists() and (tmp_path / "model.ckpt").exists()
+
+
+def test_top_1_keep_last_1_keeps_one_file_when_the_best_is_the_last(tmp_path):
+    from mindspore import nn
+
+    from runner.training.checkpoints import Checkpointer
+    from runner.training.validation import Score
+
+    cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=True, top_k=1, on_signal=True)
+    ck = Checkpointer(cfg, str(tmp_path), 10, {}, Score("train_loss", lambda: None), lambda: np.zeros(0))
+    net = nn.Dense(2, 2)
+    for step, loss in ((10, 1.0), (20, 0.5), (30, 0.4)):  # every epoch the best so far
+        ck.save(SimpleNamespace(train_network=net, cur_step_num=step), loss)
+    assert sorted(p.name for p in tmp_path.glob("step_*.ckpt")) == ["step_00000030.ckpt"]
+    ck.save(SimpleNamespace(train_network=net, cur_step_num=40), 0.9)  # worse: the best and the last, two files
+    assert sorted(p.name for p in tmp_path.glob("step_*.ckpt")) == ["step_00000030.ckpt", "step_00000040.ckpt"]
+    state = json.loads((tmp_path / "latest.json").read_text())
+    assert state["kept"] == ["step_00000030.ckpt", "step_00000040.ckpt"] and state["best"]["global_step"] == 30

@@ -1,4 +1,5 @@
-"""Resume is never silently wrong: what may change, finished runs, records that continue, broken state, signals."""
+"""runner/rundir/claim.py and resume_check.py through the CLI: resume is never silently wrong. What may change,
+finished runs, records that continue, broken state, signals."""
 
 import csv
 import json
