@@ -3,7 +3,6 @@
 import json
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 from conftest import TINY, compose_cfg
 
@@ -11,11 +10,12 @@ from conftest import TINY, compose_cfg
 def test_top_1_keep_last_1_keeps_one_file_when_the_best_is_the_last(tmp_path):
     from mindspore import nn
 
+    from runner.rundir.run_state import RunState
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=True, top_k=1, on_signal=True)
-    ck = Checkpointer(cfg, str(tmp_path), 10, {}, Score("train_loss", lambda: None), lambda: np.zeros(0))
+    ck = Checkpointer(cfg, str(tmp_path), 10, RunState(), Score("train_loss"))
     net = nn.Dense(2, 2)
     for step, loss in ((10, 1.0), (20, 0.5), (30, 0.4)):  # every epoch the best so far
         ck.save(SimpleNamespace(train_network=net, cur_step_num=step), loss)

@@ -147,7 +147,7 @@ def summary_line(m: RunMetrics) -> str:
     )
 
 
-def finish(m: RunMetrics, logger, advise: bool = True) -> None:
+def publish(m: RunMetrics, logger, advise: bool = True) -> None:
     """Log the advice (advise=False: not printed, still in metrics.json) and hand the final metrics and
     artifacts to the configured logger. In a sweep the summary prints each note once for all jobs."""
     if advise and not _in_sweep():
