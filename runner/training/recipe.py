@@ -553,25 +553,25 @@ class Recipe:
         cfg, env = self.cfg, self.env
         m = self.collect(o)
         if env.cache is not None:
-            m.compile_cache = compile_cache.finish(env.cache, m.compile_seconds, env.target)
-            said = compile_cache.line(m.compile_cache)
+            m.compiles.compile_cache = compile_cache.finish(env.cache, m.timing.compile_seconds, env.target)
+            said = compile_cache.line(m.compiles.compile_cache)
             if said:
                 log.info(said)
         if env.world > 1:
-            distributed.write_rank_record(env.run_dir, env.rank, self.net, m.final_loss)
+            distributed.write_rank_record(env.run_dir, env.rank, self.net, m.results.final_loss)
             if env.rank != 0:
                 return m  # rank 0 writes the run's outputs
         scales = (
-            self.step_checks.trace.scales if m.loss_scale_type_used != "none" else None
+            self.step_checks.trace.scales if m.precision.loss_scale_type_used != "none" else None
         )  # no flat "scale = 1" panel
         series = {**self.state.series(), "loss_scale": scales}
-        title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
+        title = f"{cfg.model.name} {m.setup.mode} {m.precision.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
         save = cfg.save_checkpoint and not o.failure
         outputs.measure(m, self.net, self.data, series)
         unsaved = self._save_model(m) if save else None
         # Read last, after the FLOP count's forward pass and the checkpoint's serialisation: the peak of the
         # whole run, as /usr/bin/time would report it (before, the later steps' memory was missed).
-        m.peak_host_memory_mb = outputs.peak_rss_mb()
+        m.resources.peak_host_memory_mb = outputs.peak_rss_mb()
         try:  # the numbers first: a plot that cannot be written must not take them with it
             m.write(RunDir(env.run_dir).metrics)
             if unsaved is not None:
@@ -579,8 +579,10 @@ class Recipe:
             outputs.plot(m, series, title)
             outputs.publish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
-                write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
-                record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds)  # for plan=true
+                write_json(RunDir(env.run_dir).complete, {"steps": m.timing.steps, "epochs": cfg.epochs})
+                record_speed(
+                    cfg, env.conv["path"], m.timing.step_time_median_ms, m.timing.compile_seconds
+                )  # for plan=true
         except OSError as e:
             raise UserError(
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
@@ -598,7 +600,7 @@ class Recipe:
             save_checkpoint(self.net, RunDir(self.env.run_dir).model)
         except OSError as e:
             return e
-        m.checkpoint = RunDir(self.env.run_dir).model
+        m.files.checkpoint = RunDir(self.env.run_dir).model
         return None
 
     def interrupted_after_training(self, signum: int) -> NoReturn:
