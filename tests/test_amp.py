@@ -188,6 +188,7 @@ def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
     from runner.amp.guard import LossScaleTrace, NanGuard, NonFiniteTrainingError, postmortem
     from runner.amp.train_step import FP32Logits, ScaledTrainStep
     from runner.models.resnet import resnet
+    from runner.rundir.run_state import RunState
 
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
     net = resnet("cifar", 8, 4, 10, 1, 8)
@@ -196,11 +197,13 @@ def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
     x = np.random.RandomState(0).rand(12, 1, 8, 8).astype(np.float32)
     x[5, 0, 3, 3] = np.nan  # in the second batch of 4
     data = ds.NumpySlicesDataset((x, np.zeros(12, np.int32)), ["image", "label"], shuffle=False).batch(4)
-    guard = NanGuard(net, dynamic=False, patience=3, snapshot_every=1000)
-    trace = LossScaleTrace(str(tmp_path / "loss_scale.csv"), "none", False, listeners=[guard.check])
-    stats = GradStats(str(tmp_path), [p.name for p in opt.parameters], 1, on_bad_input=guard.trip)
-    Model(step).train(1, data, callbacks=[stats, trace])
+    state = RunState()
+    guard = NanGuard(net, dynamic=False, patience=3, snapshot_every=1000, state=state)
+    trace = LossScaleTrace(str(tmp_path / "loss_scale.csv"), "none", False, state)
+    stats = GradStats(str(tmp_path), [p.name for p in opt.parameters], 1, state)
+    Model(step).train(1, data, callbacks=[stats, trace, guard])
     assert guard.tripped.step == 2 and guard.tripped.reason.startswith("non-finite input")
+    assert state.guard_trip == guard.tripped.reason  # where validation and the checkpointer read it
     assert len(list(csv.DictReader(open(tmp_path / "loss_scale.csv")))) == 2  # stopped after that step
     _, err = postmortem(guard, lambda: resnet("cifar", 8, 4, 10, 1, 8), str(tmp_path), "O0", [], 2)
     assert isinstance(err, NonFiniteTrainingError) and "1 non-finite values: check the data" in str(err)

@@ -78,12 +78,12 @@ def test_signal_saves_and_resume_matches_uninterrupted(tmp_path):
 def test_rotation_keeps_last_n_and_best(tmp_path):
     from mindspore import nn
 
+    from runner.rundir.run_state import RunState
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, top_k=1, on_signal=True)
-    score = Score("train_loss", lambda: None)
-    ck = Checkpointer(cfg, str(tmp_path), 10, {}, score, run_losses=lambda: np.zeros(0, np.float32))
+    ck = Checkpointer(cfg, str(tmp_path), 10, RunState(), Score("train_loss"))
     net = nn.Dense(2, 2)
     for step, loss in zip((10, 20, 30, 40), (1.0, 0.5, 0.7, 0.8)):
         ck.save(SimpleNamespace(train_network=net, cur_step_num=step), loss)
@@ -102,12 +102,12 @@ def test_resume_from_nothing_is_a_user_error(tmp_path):
 def test_keep_best_off_keeps_only_the_last(tmp_path):
     from mindspore import nn
 
+    from runner.rundir.run_state import RunState
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=False, top_k=1, on_signal=True)
-    score = Score("train_loss", lambda: None)
-    ck = Checkpointer(cfg, str(tmp_path), 10, {}, score, run_losses=lambda: np.zeros(0, np.float32))
+    ck = Checkpointer(cfg, str(tmp_path), 10, RunState(), Score("train_loss"))
     for step, loss in zip((10, 20, 30), (0.1, 0.5, 0.7)):
         ck.save(SimpleNamespace(train_network=nn.Dense(2, 2), cur_step_num=step), loss)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step_00000030.ckpt"]
@@ -122,11 +122,12 @@ def test_every_epochs_zero_saves_no_periodic_checkpoint(tmp_path):
 def test_top_1_keep_last_1_keeps_one_file_when_the_best_is_the_last(tmp_path):
     from mindspore import nn
 
+    from runner.rundir.run_state import RunState
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=True, top_k=1, on_signal=True)
-    ck = Checkpointer(cfg, str(tmp_path), 10, {}, Score("train_loss", lambda: None), lambda: np.zeros(0))
+    ck = Checkpointer(cfg, str(tmp_path), 10, RunState(), Score("train_loss"))
     net = nn.Dense(2, 2)
     for step, loss in ((10, 1.0), (20, 0.5), (30, 0.4)):  # every epoch the best so far
         ck.save(SimpleNamespace(train_network=net, cur_step_num=step), loss)

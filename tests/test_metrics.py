@@ -30,22 +30,23 @@ def test_the_peak_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch)
 def test_too_few_steps_record_no_compile_or_step_time():
     from runner.report.monitor import RunMonitor
     from runner.report.outputs import summary_line
+    from runner.rundir.run_state import RunState
 
     # One step call (3.8 s: compile and step in one) cannot tell the compile from a steady step.
-    mon = RunMonitor(log_every=1, total_steps=1, batch_size=64)
-    mon.steps, mon.intervals = [1], [3.8]
+    mon = RunMonitor(log_every=1, total_steps=1, batch_size=64, state=RunState(call_ends=[1], call_seconds=[3.8]))
     t = mon.timing()
     assert t["compile_seconds"] is None and t["step_time_median_ms"] is None and t["throughput_samples_per_s"] is None
     assert t["first_call_seconds"] == 3.8 and t["steps"] == 1 and "one step call" in t["timing_note"]
     line = summary_line(RunMetrics(run_dir="/r", **t))
     assert "compile - (0x) | step - | - samples/s" in line
     # A resume that trained no step in this process reports none, not the earlier process's numbers.
-    mon = RunMonitor(log_every=1, total_steps=44, batch_size=64, start={"global_step": 44, "step_time_ms": [900, 40]})
+    resumed = RunState({"global_step": 44, "step_time_ms": [900, 40]})
+    mon = RunMonitor(log_every=1, total_steps=44, batch_size=64, state=resumed)
     t = mon.timing()
     assert t["compile_seconds"] is None and t["step_time_median_ms"] is None and "trained no step" in t["timing_note"]
     # Two calls: the second is the steady one.
-    mon = RunMonitor(log_every=1, total_steps=2, batch_size=64)
-    mon.steps, mon.intervals = [1, 2], [3.8, 0.5]
+    two = RunState(call_ends=[1, 2], call_seconds=[3.8, 0.5])
+    mon = RunMonitor(log_every=1, total_steps=2, batch_size=64, state=two)
     t = mon.timing()
     assert t["compile_seconds"] == pytest.approx(3.3) and t["throughput_samples_per_s"] == pytest.approx(128)
 

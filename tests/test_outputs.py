@@ -62,14 +62,31 @@ def _documented_metrics() -> dict:
     return {cells[1].strip().strip("`"): cells[3].strip() for cells in rows}
 
 
+def test_metrics_sections_write_the_documented_keys_in_order(tmp_path):
+    from runner.report.metrics import RunMetrics
+
+    # The typed sections (results, timing, ...) write one flat metrics.json: the table's keys, in its order.
+    m = RunMetrics(val_accuracy=0.5, final_loss=0.25, steps=7, advice=["a note"])
+    assert list(m.to_dict()) == list(_documented_metrics())
+    # A metrics.json key is its section's field, read and set under its flat name as before the sections.
+    assert (m.results.val_accuracy, m.timing.steps, m.files.advice) == (0.5, 7, ["a note"])
+    m.compile_count = 3
+    assert m.compiles.compile_count == 3 and m.to_dict()["compile_count"] == 3
+    m.write(str(tmp_path / "metrics.json"))
+    assert RunMetrics.read(str(tmp_path / "metrics.json")) == m
+    with pytest.raises(TypeError, match="no field nope"):
+        RunMetrics(nope=1)
+    with pytest.raises(AttributeError, match="nope"):
+        m.nope = 1
+
+
 def test_metrics_json_follows_the_documented_contract(tiny_run):
-    import dataclasses
     import typing
 
     from runner.report.metrics import RunMetrics
 
     m = metrics(tiny_run)
-    fields = {f.name: f.type for f in dataclasses.fields(RunMetrics)}
+    fields = {f.name: f.type for f in RunMetrics.keys()}
     documented = _documented_metrics()
     # The file, the record and the documentation name the same keys, each documented with its meaning.
     assert set(m) == set(fields) == set(documented), (set(m) ^ set(fields)) | (set(fields) ^ set(documented))

@@ -147,7 +147,7 @@ def test_advice_is_printed_for_a_finished_single_run_only(tmp_path, caplog):
     import logging
 
     from runner.report.metrics import RunMetrics
-    from runner.report.outputs import finish
+    from runner.report.outputs import publish
 
     class Logger:
         def finish(self, m, artifacts):
@@ -155,8 +155,8 @@ def test_advice_is_printed_for_a_finished_single_run_only(tmp_path, caplog):
 
     m = RunMetrics(run_dir=str(tmp_path), advice=["model.conv=onednn runs oneDNN's blocked kernels"])
     with caplog.at_level(logging.INFO, logger="runner"):
-        finish(m, Logger(), advise=False)  # a NaN-stopped run: how to make it faster is not the news
+        publish(m, Logger(), advise=False)  # a NaN-stopped run: how to make it faster is not the news
         assert "note:" not in caplog.text
-        finish(m, Logger())
+        publish(m, Logger())
         assert caplog.text.count("note: model.conv=onednn") == 1
     assert m.advice  # metrics.json keeps the notes either way

@@ -288,5 +288,5 @@ def test_accumulate_steps_is_refused_where_data_sinks():
 
     cfg = compose_cfg("sink=on", "optim.accumulate_steps=2")
     with pytest.raises(ConfigError, match="optim.accumulate_steps=2 cannot run with sink=on"):
-        check_accumulate(cfg, True, 100)
-    assert check_accumulate(cfg, False, 100) == 2
+        check_accumulate(cfg.optim, True, 100)
+    assert check_accumulate(cfg.optim, False, 100) == 2

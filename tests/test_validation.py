@@ -160,7 +160,7 @@ def test_validation_epochs_follow_data_epochs_under_a_sink_size():
 def test_score_direction_and_nan():
     from runner.training.validation import Score
 
-    acc, loss = Score("val_accuracy", lambda: None), Score("val_loss", lambda: None)
+    acc, loss = Score("val_accuracy"), Score("val_loss")
     assert acc.better(0.5, 0.4) and not acc.better(0.41, 0.4, min_delta=0.02) and acc.better(0.0, None)
     assert loss.better(0.3, 0.4) and not loss.better(0.5, 0.4) and not loss.better(float("nan"), 0.4)
 
@@ -170,12 +170,13 @@ def test_top_k_keeps_the_k_best_besides_the_last_and_resumes_the_ranking(tmp_pat
 
     from mindspore import nn
 
+    from runner.rundir.run_state import RunState
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
     def checkpointer(top_k, start):
         cfg = SimpleNamespace(every_epochs=1, keep_last=1, keep_best=True, top_k=top_k, on_signal=True)
-        return Checkpointer(cfg, str(tmp_path), 10, start, Score("train_loss", lambda: None), lambda: np.zeros(0))
+        return Checkpointer(cfg, str(tmp_path), 10, RunState(start), Score("train_loss"))
 
     def files():
         return sorted(int(p.name[5:13]) for p in tmp_path.glob("step_*.ckpt"))
@@ -216,12 +217,13 @@ def test_top_k_settings_it_cannot_honour_are_refused():
 def test_resumed_best_of_another_monitor_starts_afresh(tmp_path):
     from types import SimpleNamespace
 
+    from runner.rundir.run_state import RunState
     from runner.training.checkpoints import Checkpointer
     from runner.training.validation import Score
 
     cfg = SimpleNamespace(every_epochs=1, keep_last=2, keep_best=True, top_k=1, on_signal=True)
     old = {"global_step": 20, "best": {"file": "step_00000020.ckpt", "loss": 0.5, "global_step": 20}}
-    same = Checkpointer(cfg, str(tmp_path), 10, old, Score("train_loss", lambda: None), lambda: np.zeros(0))
-    other = Checkpointer(cfg, str(tmp_path), 10, old, Score("val_accuracy", lambda: None), lambda: np.zeros(0))
+    same = Checkpointer(cfg, str(tmp_path), 10, RunState(old), Score("train_loss"))
+    other = Checkpointer(cfg, str(tmp_path), 10, RunState(old), Score("val_accuracy"))
     assert same.best == {"file": "step_00000020.ckpt", "monitor": "train_loss", "value": 0.5, "global_step": 20}
     assert other.best is None

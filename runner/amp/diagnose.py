@@ -2,7 +2,7 @@
 
 - GradStats (diagnose=on): per-cell gradient norm and non-finite count every `every` steps (and on
   every overflowing step) into grad_stats.jsonl, plus a non-finite check of every input batch
-  (reported through the callable it is given: the NaN guard's trip).
+  (written into the run state, RunState.bad_input, where the NaN guard reads it at the step's end).
 - find_islands (always, when the NaN guard fires): rebuilds the network from the last good weights,
   runs the failing batch in PyNative with forward hooks on every leaf cell, and names the first cell
   whose output went non-finite (or, if the forward pass stays finite, the cell where non-finite
@@ -24,6 +24,7 @@ from mindspore.train import Callback
 
 from runner.amp.precision import build_loss_net
 from runner.rundir.atomic import finite_or_str
+from runner.rundir.run_state import RunState
 
 log = logging.getLogger("runner")
 
@@ -31,12 +32,12 @@ log = logging.getLogger("runner")
 class GradStats(Callback):
     """Reads the (parameters x 2) statistics ScaledTrainStep returns when grad_stats is on."""
 
-    def __init__(self, run_dir: str, param_names, every: int, on_bad_input=None):
+    def __init__(self, run_dir: str, param_names, every: int, state: RunState):
         super().__init__()
         self.path = os.path.join(run_dir, "grad_stats.jsonl")
         self.owners = [n.rsplit(".", 1)[0] for n in param_names]  # layer1.0.conv1.weight -> layer1.0.conv1
         self.every = max(1, every)
-        self.on_bad_input = on_bad_input  # called as (run_context, reason): the NaN guard's trip
+        self.state = state
         self.rows = 0
         self.bad_inputs = 0
         self._file = None
@@ -52,8 +53,7 @@ class GradStats(Callback):
             a = t.asnumpy()
             if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
                 self.bad_inputs += 1
-                if self.on_bad_input is not None:
-                    self.on_bad_input(run_context, f"non-finite input ({int((~np.isfinite(a)).sum())} values)")
+                self.state.bad_input = f"non-finite input ({int((~np.isfinite(a)).sum())} values)"
                 return
 
     def on_train_step_end(self, run_context):

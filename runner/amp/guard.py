@@ -1,10 +1,12 @@
 """The loss-scale trace, the NaN guard and the post-mortem, as three pieces run in this order:
 
 1. LossScaleTrace (a Callback) reads each step's (loss, overflow, scale) once, appends it to
-   loss_scale.csv and hands it to its listeners;
-2. NanGuard (a listener, not a Callback) stops training when the loss is non-finite, or when
+   loss_scale.csv and puts it in the run state (RunState.step_outputs);
+2. NanGuard (the Callback after it, runner/training/callbacks.py ORDER) reads them there and stops
+   training when the loss is non-finite, when the batch was (RunState.bad_input, from GradStats), or when
    `diagnose.patience` consecutive steps overflowed and the loss scale cannot answer any more (a
-   dynamic scale at its floor of 1, or a fixed scale); it keeps the last finite weights;
+   dynamic scale at its floor of 1, or a fixed scale); it keeps the last finite weights and records
+   the trip in the run state (RunState.guard_trip), where validation and the checkpointer read it;
 3. postmortem(), after training, saves those weights, asks runner/amp/diagnose.py which layer went
    non-finite first, and returns the error the run raises once everything else is written.
 """
@@ -14,7 +16,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import mindspore as ms
 import numpy as np
@@ -25,6 +27,7 @@ from runner.amp.diagnose import GradStats
 from runner.errors import UserError
 from runner.rundir.atomic import finite_or_str, write_json
 from runner.rundir.layout import RunDir
+from runner.rundir.run_state import RunState
 
 log = logging.getLogger("runner")
 FLOOR = 1.0  # ScaledTrainStep and MindSpore's DynamicLossScaleUpdateCell never go below 1
@@ -35,7 +38,7 @@ class NonFiniteTrainingError(UserError):
 
 
 class LossScaleTrace(Callback):
-    """Per-step (step, loss, overflow, scale) into loss_scale.csv, and to each listener.
+    """Per-step (step, loss, overflow, scale) into loss_scale.csv, and into the run state for the guard.
 
     Reading three scalars per step syncs with the device once per step; on CPU every step is
     synchronous anyway, and with data sink on GPU/Ascend the callback runs once per sink.
@@ -46,20 +49,19 @@ class LossScaleTrace(Callback):
         path: str,
         scale_type: str,
         drops: bool,
-        listeners: List[Callable] = (),
+        state: RunState,
         flush_every: int = 1,
-        start_step: int = 0,
         prior_from: Optional[str] = None,
     ):
-        """start_step: a resumed run's global step; the rows up to it (from prior_from, by default
+        """state: the run's state; a resumed run's rows up to its global step (from prior_from, by default
         this same file) are kept, later ones dropped."""
         super().__init__()
         self.path = path
         self.scale_type = scale_type
         self.drops = drops
-        self.listeners = list(listeners)
+        self.state = state
         self.flush_every = max(1, flush_every)
-        self.start_step = start_step
+        self.start_step = start_step = state.start_step
         self.prior_rows = read_trace(prior_from or path, start_step) if start_step else []
         self.scales = [float(r[3]) for r in self.prior_rows]
         self.overflows = [bool(int(r[2])) for r in self.prior_rows]
@@ -83,16 +85,11 @@ class LossScaleTrace(Callback):
             self._file.flush()
         self.scales.append(scale)
         self.overflows.append(overflow)
-        for listener in self.listeners:
-            listener(run_context, step, loss, overflow, scale)
+        self.state.step_outputs = (loss, overflow, scale)
 
     def on_train_end(self, run_context):
         if self._file:
             self._file.close()
-
-    def prior_losses(self) -> List[float]:
-        """The losses of the rows kept from before the resume (6 significant digits)."""
-        return [float(r[1]) for r in self.prior_rows]
 
     def summary(self) -> dict:
         """The `loss_scale` block of metrics.json."""
@@ -125,6 +122,11 @@ def read_trace(path: str, upto: int) -> list:
     return kept
 
 
+def traced_losses(run_dir: str, upto: int) -> List[float]:
+    """The losses run_dir's loss_scale.csv recorded up to global step `upto` (6 significant digits)."""
+    return [float(r[1]) for r in read_trace(RunDir(run_dir).loss_scale, upto)]
+
+
 @dataclass
 class Trip:
     """Why and where the guard stopped training, with the batch that showed it."""
@@ -136,15 +138,19 @@ class Trip:
     batch: Optional[list]  # the step's inputs as numpy arrays; None with data sink
 
 
-class NanGuard:
-    """Stops training at the first non-finite loss or unanswerable overflow; keeps the last finite weights.
+class NanGuard(Callback):
+    """Stops training at the first non-finite input, non-finite loss or unanswerable overflow; keeps the last
+    finite weights.
 
+    Runs after the trace (and GradStats), whose readings of this step it takes from the run state.
     `net` holds the FP32 master parameters; they are copied every `snapshot_every` steps while finite.
     """
 
-    def __init__(self, net, dynamic: bool, patience: int, snapshot_every: int, start_step: int = 0):
+    def __init__(self, net, dynamic: bool, patience: int, snapshot_every: int, state: RunState):
+        super().__init__()
         self.net = net
-        self.start_step = start_step  # a resumed run's global step: trips report global steps
+        self.state = state
+        self.start_step = start_step = state.start_step  # a resumed run's global step: trips report global steps
         self.dynamic = dynamic
         self.patience = max(1, patience)
         self.snapshot_every = max(1, snapshot_every)
@@ -153,8 +159,16 @@ class NanGuard:
         self.good = None  # (step, {name: array}) of the last weights known to be finite
         self.snapshot(start_step)
 
+    def on_train_step_end(self, run_context):
+        bad_input, outputs = self.state.bad_input, self.state.step_outputs
+        self.state.bad_input = self.state.step_outputs = None  # read once: the next step's come fresh
+        if bad_input is not None:  # GradStats saw it as the step began
+            self.trip(run_context, bad_input)
+        elif outputs is not None:
+            self.check(run_context, self.start_step + run_context.original_args().cur_step_num, *outputs)
+
     def check(self, run_context, step: int, loss: float, overflow: bool, scale: float) -> None:
-        """A LossScaleTrace listener: one step's outputs."""
+        """One step's outputs, as the trace read them."""
         answerable = self.dynamic and scale > FLOOR
         self.stuck = self.stuck + 1 if overflow and not answerable else 0
         if not math.isfinite(loss):
@@ -172,6 +186,7 @@ class NanGuard:
         batch = cb.get("train_dataset_element")  # None with data sink: the batch stays on the device
         step = self.start_step + cb.cur_step_num
         self.tripped = Trip(reason, step, loss, scale, [t.asnumpy() for t in batch] if batch else None)
+        self.state.guard_trip = reason
         log.error("NaN guard: %s at step %d; stopping", reason, step)
         run_context.request_stop()
 
@@ -260,35 +275,34 @@ def _magnitude(first: dict) -> str:
 
 
 @dataclass
-class Guarding:
-    """The guard's pieces for one run, and the callbacks to train with, in their order."""
+class StepChecks:
+    """The callbacks that read every step's outputs for the numerics: the loss-scale trace, the NaN guard and
+    (diagnose=on) the gradient statistics; and how many FP32 islands the post-mortem may add."""
 
     trace: LossScaleTrace
     guard: NanGuard
-    grad_stats: Optional[Callback]
-    callbacks: list
-    max_islands: int  # FP32 islands the post-mortem may add
+    grad_stats: Optional[GradStats]
+    max_islands: int
 
 
-def build_guard(
-    run_dir: str, net, step_cell, used, diagnose_cfg, log_every: int, start_step: int = 0, prior_dir: str = None
-) -> Guarding:
+def build_step_checks(
+    run_dir: str, net, step_cell, used, diagnose_cfg, log_every: int, state: RunState, prior_dir: str = None
+) -> StepChecks:
     """The trace, the guard and (diagnose=on) the gradient statistics for this run.
 
-    start_step: a resumed run's global step; the trace continues prior_dir's loss_scale.csv from there."""
-    guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every, start_step)
+    state: the run's state (a resumed run's global step: the trace continues prior_dir's loss_scale.csv from
+    there)."""
+    guard = NanGuard(net, used.loss_scale_type_used == "dynamic", diagnose_cfg.patience, log_every, state)
     trace = LossScaleTrace(
         RunDir(run_dir).loss_scale,
         used.loss_scale_type_used,
         used.drops_overflow,
-        listeners=[guard.check],
+        state,
         flush_every=log_every,
-        start_step=start_step,
         prior_from=RunDir(prior_dir).loss_scale if prior_dir else None,
     )
     if not diagnose_cfg.enabled:
-        return Guarding(trace, guard, None, [trace], diagnose_cfg.max_islands)
+        return StepChecks(trace, guard, None, diagnose_cfg.max_islands)
     names = [p.name for p in step_cell.weights]
-    stats = GradStats(run_dir, names, diagnose_cfg.every or log_every, on_bad_input=guard.trip)
-    # GradStats checks each batch as the step begins, so a non-finite input trips before the trace reads it.
-    return Guarding(trace, guard, stats, [stats, trace], diagnose_cfg.max_islands)
+    stats = GradStats(run_dir, names, diagnose_cfg.every or log_every, state)
+    return StepChecks(trace, guard, stats, diagnose_cfg.max_islands)

@@ -1,18 +1,24 @@
-"""RunMetrics: the one record a run measures, written once as metrics.json (README: "metrics.json")."""
+"""RunMetrics: the one record a run measures, written once as metrics.json (docs/outputs.md: "metrics.json").
+
+The record is grouped into typed sections, one per block of metrics.json's keys (results, timing, compiles,
+resources, precision, setup, files); metrics.json itself stays one flat object, the sections' fields in
+order. Each metrics.json key is also an attribute of RunMetrics (`m.val_accuracy` is `m.results.val_accuracy`),
+and RunMetrics(val_accuracy=0.9) fills the section that holds it: the flat names of earlier versions keep
+working.
+"""
 
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from runner.rundir.atomic import finite_or_str, write_json
 
 
 @dataclass
-class RunMetrics:
-    """Every key of metrics.json, with its unit; advice, loggers and the sweep read these attributes."""
+class Results:
+    """The outcome: accuracy and losses, the best checkpoints, the early stop and the fine-tuning record."""
 
-    # outcome
     val_accuracy: Optional[float] = None  # top-1 on the validation set, 0..1; None with eval=false or after a NaN stop
     val_loss: Optional[float] = None  # mean cross-entropy on the validation set
     val_top5_accuracy: Optional[float] = None  # 0..1; None with 5 classes or fewer, or without evaluation
@@ -24,8 +30,14 @@ class RunMetrics:
     top_checkpoints: List[dict] = field(default_factory=list)  # the checkpoint.top_k kept best ones, best first
     early_stop: Optional[dict] = None  # stopped, monitor, patience, min_delta, epoch, step, reason, restored
     fine_tune: Optional[dict] = None  # init_from, loaded, reinitialised, unused, frozen, frozen_parameters
-    # time: of this process's steps; None where too few steps ran to tell compile from steady state
-    # (timing_note says why), never the compile step taken for a steady one or an earlier process's numbers
+
+
+@dataclass
+class Timing:
+    """Time of this process's steps and of its start-up; None where too few steps ran to tell compile from
+    steady state (timing_note says why), never the compile step taken for a steady one or an earlier process's
+    numbers."""
+
     compile_seconds: Optional[float] = None  # first step call minus a steady one: graph compilation, s
     first_call_seconds: Optional[float] = None  # s
     step_time_median_ms: Optional[float] = None  # steady steps (the first excluded), ms per step
@@ -39,7 +51,12 @@ class RunMetrics:
     startup: dict = field(default_factory=dict)
     steps: int = 0  # global step at the end
     step_time_ms_curve: List[float] = field(default_factory=list)  # ms per step, per step call
-    # compiles and shapes
+
+
+@dataclass
+class Compiles:
+    """Compiles, the compile cache, and the shapes and data the network saw."""
+
     compile_count: int = 0  # training-graph compiles (0 in PyNative)
     # MindSpore's compile cache: state (hit, miss, off), dir, key, graphs, compile_seconds_without_cache
     # (the run that filled it), compile_seconds_with_cache (a hit); reason when off
@@ -50,11 +67,21 @@ class RunMetrics:
     skipped_samples: List[str] = field(default_factory=list)  # unreadable files left out
     augment: Optional[dict] = None  # what training applied: name, image_ops, hflip, batch_ops, soft_labels
     label_smoothing: float = 0.0  # of the training loss
-    # memory and FLOPs
+
+
+@dataclass
+class Resources:
+    """Memory and FLOPs."""
+
     peak_host_memory_mb: float = 0.0  # peak RSS of the process, MiB
     peak_device_memory_mb: Optional[float] = None  # MiB; None where the device reports none (CPU)
     flops: dict = field(default_factory=dict)  # per-sample FLOPs, GFLOP/s, matmul peak, utilization, conv paths
-    # precision
+
+
+@dataclass
+class Precision:
+    """Mixed precision as run: the level, the loss scale, the NaN guard, the gradient statistics."""
+
     amp_level_used: str = "O0"
     loss_scale_type_used: str = "none"
     native_loss_scale_cell: bool = False  # MindSpore's TrainOneStepWithLossScaleCell (GPU/Ascend)
@@ -63,7 +90,12 @@ class RunMetrics:
     loss_scale_curve: Optional[List[float]] = None  # scale each step used; None without a loss scale
     nan_guard: dict = field(default_factory=dict)  # tripped, and why/where when it did
     diagnose: Optional[dict] = None  # diagnose=on: gradient statistics file and counts
-    # what ran
+
+
+@dataclass
+class Setup:
+    """What ran: mode, device, CPU ISA, seed, batch, optimizer, sink, ranks, data sizes, versions."""
+
     mode: str = ""
     jit_level: str = "auto"  # mode.jit_level: O0, O1, O2, or auto (MindSpore's default; always auto in pynative)
     device_target: str = ""
@@ -82,7 +114,12 @@ class RunMetrics:
     val_samples: int = 0
     versions: Dict[str, str] = field(default_factory=dict)
     pid: int = 0
-    # files
+
+
+@dataclass
+class Files:
+    """Where things are: the run directory, its resume, profile, loggers, model.ckpt, curves.png, advice."""
+
     run_dir: str = ""
     resumed_from: Optional[str] = None  # the checkpoint this run continued from
     resume_changes: Dict[str, list] = field(default_factory=dict)  # key -> [saved, new] applied on resume
@@ -92,8 +129,67 @@ class RunMetrics:
     plot: Optional[str] = None  # curves.png
     advice: List[str] = field(default_factory=list)  # notes grounded in these numbers
 
+
+# The sections in metrics.json's order: attribute -> its dataclass.
+SECTIONS = {
+    "results": Results,
+    "timing": Timing,
+    "compiles": Compiles,
+    "resources": Resources,
+    "precision": Precision,
+    "setup": Setup,
+    "files": Files,
+}
+# metrics.json key -> the section that holds it.
+HOME = {f.name: section for section, kind in SECTIONS.items() for f in dataclasses.fields(kind)}
+
+
+@dataclass(init=False)
+class RunMetrics:
+    """Every key of metrics.json, with its unit, in typed sections; advice, loggers and the sweep read these."""
+
+    results: Results
+    timing: Timing
+    compiles: Compiles
+    resources: Resources
+    precision: Precision
+    setup: Setup
+    files: Files
+
+    def __init__(self, **values: Any) -> None:
+        """Sections by name (timing=Timing(...)), and/or metrics.json keys (val_accuracy=0.9), each put into its
+        section; an unknown name is a TypeError, as a dataclass's would be."""
+        for name, kind in SECTIONS.items():
+            section = values.pop(name, None)
+            object.__setattr__(self, name, section if section is not None else kind())
+        unknown = set(values) - set(HOME)
+        if unknown:
+            raise TypeError(f"RunMetrics has no field {', '.join(sorted(unknown))}")
+        for key, value in values.items():
+            setattr(getattr(self, HOME[key]), key, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only names not found the usual way arrive here: a metrics.json key is read from its section.
+        if name in HOME:
+            return getattr(object.__getattribute__(self, HOME[name]), name)
+        raise AttributeError(f"RunMetrics has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in HOME:
+            setattr(getattr(self, HOME[name]), name, value)
+        elif name in SECTIONS:
+            object.__setattr__(self, name, value)
+        else:
+            raise AttributeError(f"RunMetrics has no attribute {name!r}")
+
+    @staticmethod
+    def keys() -> List[dataclasses.Field]:
+        """metrics.json's keys as the sections' fields (name, type), in the file's order."""
+        return [f for kind in SECTIONS.values() for f in dataclasses.fields(kind)]
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """metrics.json's content: one flat object, section after section."""
+        return {k: v for name in SECTIONS for k, v in dataclasses.asdict(getattr(self, name)).items()}
 
     def write(self, path: str) -> None:
         write_json(path, finite_or_str(self.to_dict()))
@@ -103,5 +199,4 @@ class RunMetrics:
         """A metrics.json written by this or an earlier version; keys it does not know are ignored."""
         with open(path) as f:
             data = json.load(f)
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in HOME})

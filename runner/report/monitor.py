@@ -1,4 +1,5 @@
-"""A MindSpore callback that times every step (or sink) and logs every `log_every` steps."""
+"""A MindSpore callback that times every step (or sink), keeps its outputs in the run state, and logs every
+`log_every` steps."""
 
 import logging
 import sys
@@ -7,6 +8,8 @@ import time
 import numpy as np
 from mindspore.train import Callback
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from runner.rundir.run_state import RunState
 
 log = logging.getLogger("runner")
 
@@ -18,37 +21,28 @@ def _first(outputs):
 
 
 class RunMonitor(Callback):
-    """Records wall time per step call and the step outputs; syncs with the device only to log.
+    """Records wall time per step call and the step outputs into the run state; syncs with the device only
+    to log.
 
     The outputs are kept as Tensors and read after training, so recording adds no host-device
     synchronisation per step (the tuning guide's warning about printing every step): per step it
     costs two perf_counter calls and two list appends.
     """
 
-    def __init__(self, log_every: int, total_steps: int, batch_size: int, logger=None, start: dict = None):
-        """start: the resume state; steps are counted on from its global_step and its per-step
-        records (losses, step_time_ms, record_steps in latest.json) head the run's series."""
+    def __init__(self, log_every: int, total_steps: int, batch_size: int, state: RunState, logger=None):
+        """state: the run's state; its resume record's global_step and per-step records (losses, step_time_ms,
+        record_steps in latest.json) head the run's series, and steps are counted on from there."""
         super().__init__()
-        start = start or {}
-        self.start_step = int(start.get("global_step", 0))
-        losses = list(start.get("losses", []))
-        self.prior = {
-            "loss": losses,
-            "step_time_ms": list(start.get("step_time_ms", [])),
-            "step": list(start.get("record_steps", [])),
-        }
+        self.state = state
+        self.start_step = state.start_step
         self.log_every = max(1, log_every)
         self.total_steps = total_steps
         self.batch_size = batch_size
         self.logger = logger  # runner/loggers.py: receives the values that are logged anyway
-        self.intervals = []  # seconds between consecutive step-end events
-        self.gaps = []  # seconds from a step's end to the next step's begin: host-side work
-        self.steps = []  # cur_step_num at each step-end (sink mode advances by sink_size)
-        self.outputs = []
+        self.gaps: list = []  # seconds from a step's end to the next step's begin: host-side work
         self._last = None
         self._begin = None
         self._logged = self.start_step // self.log_every
-        self._epoch_start = 0  # index into outputs where the current epoch began
         self._start = None
         self._bar = None
 
@@ -57,23 +51,25 @@ class RunMonitor(Callback):
 
     def first_step_times(self):
         """(perf_counter time Model.train began, time its first step ended); None where not reached."""
-        return self._start, (self._start + self.intervals[0] if self._start is not None and self.intervals else None)
+        seconds = self.state.call_seconds
+        return self._start, (self._start + seconds[0] if self._start is not None and seconds else None)
 
     def on_train_epoch_begin(self, run_context):
-        self._epoch_start = len(self.outputs)
+        self.state.epoch_first_call = len(self.state.outputs)
 
     def on_train_step_begin(self, run_context):
         self._begin = time.perf_counter()
-        if self.steps:
+        if self.state.call_ends:
             self.gaps.append(self._begin - self._last)
 
     def on_train_step_end(self, run_context):
         now = time.perf_counter()
         cb = run_context.original_args()
-        self.intervals.append(now - self._last)
+        state = self.state
+        state.call_seconds.append(now - self._last)
         self._last = now
-        self.steps.append(cb.cur_step_num)
-        self.outputs.append(cb.net_outputs)
+        state.call_ends.append(cb.cur_step_num)
+        state.outputs.append(cb.net_outputs)
         step = self.start_step + cb.cur_step_num  # the run's global step, across resumes
         if self._bar is None and now - self._start > PROGRESS_AFTER_S and sys.stdout.isatty():
             self._bar = _ProgressBar(self.total_steps, self.start_step)
@@ -97,7 +93,7 @@ class RunMonitor(Callback):
 
     def _log(self, cb, step: int):
         loss = float(_first(cb.net_outputs).asnumpy())  # the one host-device sync, every log_every
-        per_step = self.intervals[-1] / self.steps_in_last_call() * 1000
+        per_step = self.state.call_seconds[-1] / self.steps_in_last_call() * 1000
         log.info(
             "epoch %d step %d/%d train_loss %.4f step %.1f ms",
             cb.cur_epoch_num,
@@ -112,28 +108,8 @@ class RunMonitor(Callback):
             self.logger.log_metrics({"train/loss": loss, "train/step_time_ms": per_step}, step)
 
     def steps_in_last_call(self) -> int:
-        return self.steps[-1] - (self.steps[-2] if len(self.steps) > 1 else 0)
-
-    def losses(self, start: int = 0) -> np.ndarray:
-        """Loss at the end of every step call from call `start` on, as float32."""
-        return np.array([float(_first(o).asnumpy()) for o in self.outputs[start:]], dtype=np.float32)
-
-    def epoch_mean_loss(self):
-        """Mean loss of the current epoch's step calls so far (None before its first step)."""
-        losses = self.losses(self._epoch_start)
-        return float(np.mean(losses)) if len(losses) else None
-
-    def series(self) -> dict:
-        """Per step call of the whole run (a resumed run's earlier calls first): global step, loss, ms/step."""
-        counts = np.diff([0] + self.steps)
-        n = len(self.prior["loss"])
-        prior_steps = self.prior["step"] if len(self.prior["step"]) == n else list(range(1, n + 1))
-        prior_ms = self.prior["step_time_ms"] if len(self.prior["step_time_ms"]) == n else [float("nan")] * n
-        return {
-            "step": list(prior_steps) + [self.start_step + s for s in self.steps],
-            "loss": list(self.prior["loss"]) + self.losses().tolist(),
-            "step_time_ms": list(prior_ms) + (np.array(self.intervals) / counts * 1000).tolist(),
-        }
+        ends = self.state.call_ends
+        return ends[-1] - (ends[-2] if len(ends) > 1 else 0)
 
     def timing(self) -> dict:
         """This process's steps: compile time (first call minus a steady one) and steady per-step statistics.
@@ -143,25 +119,26 @@ class RunMonitor(Callback):
         process's timing is in its own records), and a single step call, whose time is compile and step
         in one.
         """
-        if not self.steps:
+        ends, intervals = self.state.call_ends, self.state.call_seconds
+        if not ends:
             note = "this process trained no step (it only finished the evaluation and report)"
             return {**_UNMEASURED, "train_seconds": 0.0, "steps": self.start_step, "timing_note": note}
-        counts = np.diff([0] + self.steps)
-        per_step = np.array(self.intervals) / counts
+        counts = np.diff([0] + ends)
+        per_step = np.array(intervals) / counts
         measured = {
-            "first_call_seconds": self.intervals[0],
-            "train_seconds": float(np.sum(self.intervals)),
-            "steps": self.start_step + int(self.steps[-1]),
+            "first_call_seconds": intervals[0],
+            "train_seconds": float(np.sum(intervals)),
+            "steps": self.start_step + int(ends[-1]),
         }
         if len(per_step) == 1:
             note = "one step call: its time is the compilation and the step in one, so neither is measured"
             return {**_UNMEASURED, **measured, "timing_note": note}
         steady = per_step[1:]
         median = float(np.median(steady))
-        steady_time = float(np.sum(self.intervals[1:]))
+        steady_time = float(np.sum(intervals[1:]))
         return {
             **measured,
-            "compile_seconds": max(0.0, self.intervals[0] - median * counts[0]),
+            "compile_seconds": max(0.0, intervals[0] - median * counts[0]),
             "step_time_median_ms": median * 1000,
             "step_time_p90_ms": float(np.percentile(steady, 90)) * 1000,
             "throughput_samples_per_s": int(np.sum(counts[1:])) * self.batch_size / steady_time,

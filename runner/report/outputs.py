@@ -97,13 +97,15 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
 
     series: the monitor's per-step step/loss/step_time_ms and the loss scale each step used (or None).
     """
-    threads = (m.distributed or {}).get("threads_per_rank")
-    m.flops, m.peak_device_memory_mb = flops.measure(net, data, m.throughput_samples_per_s, m.device_target, threads)
-    m.pid = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
-    m.plot = os.path.join(m.run_dir, "curves.png")
-    m.loss_scale_curve = series["loss_scale"]
-    m.step_time_ms_curve = series["step_time_ms"]
-    m.advice = advice.run_notes(m)
+    threads = (m.setup.distributed or {}).get("threads_per_rank")
+    m.resources.flops, m.resources.peak_device_memory_mb = flops.measure(
+        net, data, m.timing.throughput_samples_per_s, m.setup.device_target, threads
+    )
+    m.setup.pid = os.getpid()  # each sweep job runs in its own process (hydra_plugins/runner_launcher)
+    m.files.plot = os.path.join(m.files.run_dir, "curves.png")
+    m.precision.loss_scale_curve = series["loss_scale"]
+    m.timing.step_time_ms_curve = series["step_time_ms"]
+    m.files.advice = advice.run_notes(m)
 
 
 def plot(m: RunMetrics, series: dict, title: str) -> None:
@@ -147,7 +149,7 @@ def summary_line(m: RunMetrics) -> str:
     )
 
 
-def finish(m: RunMetrics, logger, advise: bool = True) -> None:
+def publish(m: RunMetrics, logger, advise: bool = True) -> None:
     """Log the advice (advise=False: not printed, still in metrics.json) and hand the final metrics and
     artifacts to the configured logger. In a sweep the summary prints each note once for all jobs."""
     if advise and not _in_sweep():

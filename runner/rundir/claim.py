@@ -54,13 +54,6 @@ def claim_run_dir(cfg, run_dir: str, overrides) -> Start:
     return Start.RESUME
 
 
-def claim(cfg, run_dir: str, overrides) -> bool:
-    """TRANSITIONAL (the coordinator removes it): the old name, True when there is nothing to train. Kept only
-    because runner/training/recipe.py, rewritten on another branch this round, still calls it; callers use
-    claim_run_dir."""
-    return claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN
-
-
 def _decide(cfg, run_dir: str, overrides):
     """(source run to resume or None, the changes a resume applies, the source's completion record or
     None), or UserError for a run this directory and configuration cannot start. Writes nothing."""

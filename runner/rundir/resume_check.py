@@ -244,7 +244,3 @@ def changes_this_resume_applied(run_dir: str) -> Dict[str, list]:
     except (OSError, ValueError):
         return {}
 
-
-# TRANSITIONAL (the coordinator removes it): runner/training/recipe.py, rewritten on another branch this round,
-# still calls the old name.
-recorded = changes_this_resume_applied

@@ -33,6 +33,7 @@ from runner.errors import ConfigError, Interrupted
 from runner.rundir.atomic import save_checkpoint, write_json
 from runner.rundir.layout import STATE, RunDir, StateProblem, has_checkpoint, read_checkpoint, read_state, step_files
 from runner.rundir.resume_check import in_place, wants_resume
+from runner.rundir.run_state import RunState
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
 
 log = logging.getLogger("runner")
@@ -41,51 +42,43 @@ STEP_KEY = "runner_global_step"  # the optimizer already owns a Parameter named 
 
 class Checkpointer(Callback):
     """Saves the train cell every `every_epochs` epochs, at an epoch that beats the best by `checkpoint.monitor`,
-    and at the step end after SIGINT/SIGTERM."""
+    and at the step end after SIGINT/SIGTERM.
 
-    def __init__(
-        self,
-        cfg,
-        ckpt_dir: str,
-        steps_per_epoch: int,
-        start: dict,
-        score,
-        run_losses,
-        writer: bool = True,
-        series=None,
-        vetoed=None,
-    ):
-        """score: the monitored value of the epoch that ended (validation.Score: name, value(), better());
-        run_losses(): this process's loss per step.
+    Reads and writes the run state: the best checkpoints (`top`), the signal that asks training to stop
+    (`signal`); reads the guard's trip (nothing after it is checkpointed), this epoch's monitored value
+    (through the Score) and the per-step records saved in latest.json so a resume continues the curves.
+    """
 
-        series() is the monitor's whole-run per-step record (saved so a resume continues the curves);
-        vetoed() is true once the NaN guard stopped training: nothing after that is checkpointed.
-        """
+    def __init__(self, cfg, ckpt_dir: str, steps_per_epoch: int, state: RunState, score, writer: bool = True):
+        """cfg: the config's `checkpoint` section; score: which value the best is chosen by (validation.Score:
+        name, value(state), better())."""
         super().__init__()
         self.cfg = cfg
         self.dir = ckpt_dir
         self.steps_per_epoch = steps_per_epoch
-        self.start_step = start.get("global_step", 0)
-        self.prior_losses = list(start.get("losses", []))
+        self.state = state
+        start = state.start
+        self.start_step = state.start_step
         self.kept = list(start.get("kept", []))
         self.score = score
         # The best checkpoints by the monitor, best first: checkpoint.top_k of them (MMEngine's save_best
         # with max_keep_ckpts, MindCV's top_k policy); a latest.json from before top_k has only its best.
         top = start.get("top_k") or ([start["best"]] if start.get("best") else [])
-        self.top = [b for b in (_same_monitor(b, score.name) for b in top) if b][: max(1, cfg.top_k)]
-        self.run_losses = run_losses
+        state.top = [b for b in (_same_monitor(b, score.name) for b in top) if b][: max(1, cfg.top_k)]
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
-        self.series = series
-        self.vetoed = vetoed or (lambda: False)
         self.last_saved = self.start_step if start.get("path") else None
-        self.signum = None
         self.final_phase = False
-        self._old_handlers = {}
+        self._old_handlers: dict = {}
+
+    @property
+    def top(self) -> list:
+        """The best checkpoints by the monitor ({file, monitor, value, global_step}), best first."""
+        return self.state.top
 
     @property
     def best(self) -> Optional[dict]:
-        """The best checkpoint by the monitor ({file, monitor, value, global_step}), or None."""
-        return self.top[0] if self.top else None
+        """The best checkpoint by the monitor, or None."""
+        return self.state.best
 
     def enters_top(self, value) -> bool:
         """Whether an epoch with this monitored value earns a place among the top_k kept checkpoints."""
@@ -99,7 +92,7 @@ class Checkpointer(Callback):
         """Place a checkpoint among the top ones (ties keep the earlier first) and trim to top_k."""
         top = [b for b in self.top if b["file"] != entry["file"]]
         at = next((i for i, b in enumerate(top) if self.score.better(entry["value"], b["value"])), len(top))
-        self.top = (top[:at] + [entry] + top[at:])[: max(1, self.cfg.top_k)]
+        self.state.top = (top[:at] + [entry] + top[at:])[: max(1, self.cfg.top_k)]
 
     # Python runs signal handlers between bytecodes of the main thread, so the flag is seen at the
     # next step end; the step in flight completes and the saved state is consistent.
@@ -107,7 +100,7 @@ class Checkpointer(Callback):
         self.release()  # a second signal acts as it would have without us
         if self.final_phase:
             raise FinalPhaseInterrupted(signum)
-        self.signum = signum
+        self.state.signal = signum
 
     def arm(self, final_phase: bool = False) -> None:
         """Catch SIGINT/SIGTERM (checkpoint.on_signal): in training, stop at the next step end; in the
@@ -130,25 +123,27 @@ class Checkpointer(Callback):
         # The handlers stay for the final phase (no gap in which a signal kills the run silently).
         self.final_phase = True
         cb = run_context.original_args()
-        if self.signum is not None and self.last_saved != self.global_step(cb) and not self.vetoed():
+        signum, vetoed = self.state.signal, self.state.guard_tripped
+        if signum is not None and self.last_saved != self.global_step(cb) and not vetoed:
             self.save(cb, value=None)  # the signal came after the last step's end
 
     def on_train_step_end(self, run_context):
-        if self.signum is not None:
+        signum = self.state.signal
+        if signum is not None:
             cb = run_context.original_args()
-            if not self.vetoed():
+            if not self.state.guard_tripped:  # the guard stopped training: nothing after it is checkpointed
                 path = self.save(cb, value=None)
-                log.warning("%s: saved %s at step %d; stopping", signal_name(self.signum), path, self.global_step(cb))
+                log.warning("%s: saved %s at step %d; stopping", signal_name(signum), path, self.global_step(cb))
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        if self.signum is not None or not self.cfg.every_epochs:
+        if self.state.signal is not None or not self.cfg.every_epochs:
             return
         # Model.train calls epoch end after the guard's request_stop too: that state is the bad one.
-        if self.vetoed():
+        if self.state.guard_tripped:
             return
-        value = self.score.value()
+        value = self.score.value(self.state)
         # An epoch that enters the top k is saved also between scheduled epochs, so that "best" is the
         # best seen, not the best among the scheduled saves.
         if self.enters_top(value) or cb.cur_epoch_num % self.cfg.every_epochs == 0:
@@ -156,10 +151,6 @@ class Checkpointer(Callback):
 
     def global_step(self, cb) -> int:
         return self.start_step + cb.cur_step_num
-
-    def losses(self) -> np.ndarray:
-        """The loss curve of the whole run, across resumes."""
-        return np.concatenate([np.asarray(self.prior_losses, np.float32), self.run_losses()])
 
     def save(self, cb, value) -> Optional[str]:
         """Write a checkpoint and latest.json atomically; drop checkpoints beyond keep_last and the top_k best.
@@ -200,16 +191,15 @@ class Checkpointer(Callback):
             "global_step": step,
             "epoch": step // self.steps_per_epoch,
             "step_in_epoch": step % self.steps_per_epoch,
-            "losses": self.losses().tolist(),
+            "losses": self.state.run_losses().tolist(),
             "best": self.best,
             "top_k": self.top,
             "kept": self.kept,
         }
-        if self.series is not None:
-            # Per-step records of the whole run so far, for the curves and metrics of a resumed run.
-            series = self.series()
-            state["step_time_ms"] = [round(t, 3) for t in series["step_time_ms"]]
-            state["record_steps"] = series["step"]
+        # Per-step records of the whole run so far, for the curves and metrics of a resumed run.
+        series = self.state.series()
+        state["step_time_ms"] = [round(t, 3) for t in series["step_time_ms"]]
+        state["record_steps"] = series["step"]
         # The state names the new file before old ones go: a crash in between leaves extra files, never
         # a latest.json that points at nothing.
         write_json(os.path.join(self.dir, STATE), state)
@@ -231,14 +221,15 @@ class Checkpointer(Callback):
     def exit_if_interrupted(self):
         """After Model.train returned: a signal stopped it, so raise Interrupted (the run can resume; the command
         line exits 128+signal)."""
-        if self.signum is not None:
+        signum = self.state.signal
+        if signum is not None:
             self.release()
             log.warning(
                 "interrupted by %s; resume with resume=true and hydra.run.dir=%s",
-                signal_name(self.signum),
+                signal_name(signum),
                 os.path.dirname(os.path.abspath(self.dir)),
             )
-            raise Interrupted(self.signum, os.path.dirname(os.path.abspath(self.dir)))
+            raise Interrupted(signum, os.path.dirname(os.path.abspath(self.dir)))
 
 
 def _same_monitor(best, monitor: str):

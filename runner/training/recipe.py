@@ -1,7 +1,9 @@
 """The whole run, top to bottom: environment -> Recipe.setup -> Recipe.train -> Recipe.report -> cleanup.
 
-The Recipe holds the run's state as typed attributes, set by setup() in the order they are built and
-read by train() and report(); builders take their slice of the config, never the whole config.
+The Recipe holds what it builds as typed attributes, set by setup() in the order they are built and
+read by train() and report(); builders take their slice of the config, never the whole config. What the
+callbacks share while training is one RunState (runner/rundir/run_state.py) the Recipe owns, and
+Model.fit runs them in the order of runner/training/callbacks.py ORDER.
 """
 
 import logging
@@ -18,13 +20,14 @@ from runner.errors import ConfigError, Interrupted, UserError, as_out_of_memory
 from runner.models.onednn import THREADS_VAR
 from runner.report import outputs
 from runner.report.loggers import build_logger, chosen
-from runner.report.metrics import RunMetrics
+from runner.report.metrics import Compiles, Files, Precision, Resources, Results, RunMetrics, Setup, Timing
 from runner.report.outputs import watch_warnings, write_config
 from runner.report.speed import record_speed
 from runner.rundir import lock, resume_check
 from runner.rundir.atomic import save_checkpoint, write_json
-from runner.rundir.claim import claim, run_dir_of
+from runner.rundir.claim import Start, claim_run_dir, run_dir_of
 from runner.rundir.layout import RunDir
+from runner.rundir.run_state import RunState
 from runner.rundir.saved_run import write_classes
 from runner.training import compile_cache, distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
@@ -34,14 +37,14 @@ if TYPE_CHECKING:
     from mindspore import nn
 
     from runner.amp import Trainer
-    from runner.amp.guard import Guarding
+    from runner.amp.guard import StepChecks
     from runner.datasets import Data
     from runner.report.loggers import Loggers
     from runner.report.monitor import RunMonitor
     from runner.report.profiling import ProfileWindow
     from runner.report.shapes import InputShapes
     from runner.training.checkpoints import Checkpointer
-    from runner.training.validation import Watch
+    from runner.training.validation import ValidationAndStop
 
 log = logging.getLogger("runner")
 # Imported in the functions that use them: everything that loads MindSpore (amp, report.accuracy, monitor,
@@ -98,10 +101,10 @@ def plan_steps(epochs: int, sink_cfg, steps_per_epoch: int, sink: bool) -> Plan:
     return Plan(calls * sink_cfg.sink_size, calls, sink, sink_cfg.sink_size)
 
 
-def check_accumulate(cfg, sink: bool, total_steps: int) -> int:
-    """optim.accumulate_steps, refused with data sink: the micro-batches of one update would run
-    inside a device loop whose per-step loss and overflow flags the runner never sees."""
-    n = cfg.optim.accumulate_steps
+def check_accumulate(optim_cfg, sink: bool, total_steps: int) -> int:
+    """optim.accumulate_steps (optim_cfg: the config's `optim`), refused with data sink: the micro-batches of one
+    update would run inside a device loop whose per-step loss and overflow flags the runner never sees."""
+    n = optim_cfg.accumulate_steps
     if n > 1 and sink:
         raise ConfigError(
             f"optim.accumulate_steps={n} cannot run with sink=on on this device (data sink runs the steps on "
@@ -124,7 +127,7 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
     run had nothing left to do (it was complete already).
     """
     watch_warnings()  # repeated under the summary line: on a terminal they scroll past
-    if not distributed.in_msrun() and claim(cfg, run_dir, overrides):
+    if not distributed.in_msrun() and claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN:
         return None
     if distributed.should_launch(cfg.distributed):
         return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
@@ -182,13 +185,15 @@ class Recipe:
     # build_training
     plan: Plan
     trainer: "Trainer"
-    # build_watchers
-    start: dict  # the resume state ({} for a fresh run)
+    # resume
+    start: dict  # the resume record ({} for a fresh run)
     initial_epoch: int  # Model.train's epoch to start from (resume)
-    guarding: "Guarding"  # the loss-scale trace, the NaN guard, the gradient statistics
+    state: RunState  # what the callbacks share while training (runner/rundir/run_state.py)
+    # build_callbacks, run by Model.fit in the order of runner/training/callbacks.py ORDER
+    step_checks: "StepChecks"  # the loss-scale trace, the NaN guard, the gradient statistics
     logger: "Loggers"
     monitor: "RunMonitor"
-    watch: "Watch"  # validation, the best checkpoint's monitor, early stop
+    validation_and_stop: "ValidationAndStop"  # validation, the best checkpoint's score, early stop
     checkpointer: "Checkpointer"
     shapes: "InputShapes"
     profiler: Optional["ProfileWindow"]  # with profile.steps, else None
@@ -198,10 +203,11 @@ class Recipe:
         self.env = env
 
     def setup(self) -> None:
-        """Data and network, then the trainer, then the resume state and the callbacks that watch training."""
+        """Data and network, then the trainer, then the resume state and the callbacks that share it."""
         self.build_network()
         self.build_training()
-        self.build_watchers()
+        self.resume()
+        self.build_callbacks()
 
     def cleanup(self) -> None:
         """Give back the signal handlers the checkpointer took."""
@@ -269,7 +275,7 @@ class Recipe:
         )
         if plan.total_steps >= LONG_RUN_STEPS:
             log.info("%d epochs of %d steps: %d steps", cfg.epochs, data.steps_per_epoch, plan.total_steps)
-        accumulate = check_accumulate(cfg, plan.sink, plan.total_steps)
+        accumulate = check_accumulate(cfg.optim, plan.sink, plan.total_steps)
         optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, plan.total_steps)
         self.trainer = trainer = build_trainer(
             net,
@@ -291,13 +297,11 @@ class Recipe:
                 trainer.used.amp_level_used,
             )
 
-    def build_watchers(self) -> None:
-        """Resume state, then the callbacks: trace and guard, logger, monitor, validation, checkpoints, shapes."""
-        from runner.amp.guard import build_guard
-        from runner.report.monitor import RunMonitor
-        from runner.report.shapes import InputShapes
-        from runner.training.checkpoints import Checkpointer, find_resume, restore
-        from runner.training.validation import build_watch
+    def resume(self) -> None:
+        """The resume record, the train cell's state and the data's position restored from it, and the run
+        state the callbacks start from."""
+        from runner.amp.guard import traced_losses
+        from runner.training.checkpoints import find_resume, restore
 
         cfg, env, data, plan, trainer = self.cfg, self.env, self.data, self.plan, self.trainer
         self.start = start = find_resume(cfg.resume, env.run_dir)
@@ -305,59 +309,75 @@ class Recipe:
         self.initial_epoch = (
             restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
         )
-        start_step = int(start.get("global_step", 0))
         prior_dir = run_dir_of(start.get("path"))
-        self.guarding = guarding = build_guard(
-            env.run_dir, self.net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, start_step, prior_dir
-        )
         if start and "losses" not in start and prior_dir:
             # latest.json was lost: the loss curve so far survives in loss_scale.csv (6 significant digits).
-            start["losses"] = guarding.trace.prior_losses()
+            start["losses"] = traced_losses(prior_dir, int(start.get("global_step", 0)))
+        self.state = RunState(start)
+
+    def build_callbacks(self) -> None:
+        """The callbacks, each given the run state and its slice of the config: trace and guard, logger,
+        monitor, validation and early stop, checkpoints, shapes, profiler."""
+        from runner.amp.guard import build_step_checks
+        from runner.report.monitor import RunMonitor
+        from runner.report.shapes import InputShapes
+        from runner.training.checkpoints import Checkpointer
+        from runner.training.validation import build_validation_and_stop
+
+        cfg, env, data, plan, trainer, state = self.cfg, self.env, self.data, self.plan, self.trainer, self.state
+        prior_dir = run_dir_of(self.start.get("path"))
+        self.step_checks = build_step_checks(
+            env.run_dir, self.net, trainer.step_cell, trainer.used, cfg.diagnose, cfg.log_every, state, prior_dir
+        )
         params = cast(dict, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
         # Other ranks keep their metrics.csv only: one tracking run (W&B, MLflow, TensorBoard) per training run.
         loggers = cfg.logger if env.rank == 0 else {}
-        self.logger = logger = build_logger(loggers, params, cfg.experiment_name, env.run_dir, start_step, prior_dir)
-        self.monitor = monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, logger, start)
+        self.logger = logger = build_logger(
+            loggers, params, cfg.experiment_name, env.run_dir, state.start_step, prior_dir
+        )
+        self.monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, state, logger)
         ckpt_dir = RunDir(env.run_dir).checkpoints
-        self.watch = build_watch(
-            cfg,
+        self.validation_and_stop = chosen = build_validation_and_stop(
+            cfg.validation,
+            cfg.checkpoint,
+            cfg.early_stop,
+            cfg.epochs,
             cfg.eval,
             plan,
             data.steps_per_epoch,
-            start,
+            state,
             ckpt_dir if env.rank == 0 else None,
-            monitor.epoch_mean_loss,
             logger,
-            skip=self.stopping,
         )
         self.checkpointer = Checkpointer(
-            cfg.checkpoint,
-            ckpt_dir,
-            data.steps_per_epoch,
-            start,
-            self.watch.score,
-            monitor.losses,
-            env.rank == 0,
-            series=monitor.series,
-            vetoed=self.guard_tripped,
+            cfg.checkpoint, ckpt_dir, data.steps_per_epoch, state, chosen.score, writer=env.rank == 0
         )
         self.shapes = InputShapes(env.mode, data.padding["compile_budget"], data.padding)
         self.profiler = _profiler(cfg.profile, env)
 
-    def guard_tripped(self) -> bool:
-        """Whether the NaN guard stopped training (read by the callbacks while training runs)."""
-        return self.guarding.guard.tripped is not None
+    def callbacks(self) -> list:
+        """The list Model.fit runs, in the order of runner/training/callbacks.py ORDER (fit without a validation
+        set trains as Model.train)."""
+        from runner.training.callbacks import StepClock, in_order
 
-    def stopping(self) -> bool:
-        """Whether a signal or the NaN guard is ending training: the validation due now is skipped."""
-        return self.checkpointer.signum is not None or self.guard_tripped()
+        checks, chosen = self.step_checks, self.validation_and_stop
+        return in_order(
+            {
+                "profiler": self.profiler,
+                "clock": StepClock(self.state),
+                "timing": self.monitor,
+                "shapes": self.shapes,
+                "grad_stats": checks.grad_stats,
+                "trace": checks.trace,
+                "guard": checks.guard,
+                "validation": chosen.validation,
+                "checkpoint": self.checkpointer,
+                "early_stop": chosen.early_stop,
+            }
+        )
 
     def train(self) -> Outcome:
         """Model.fit with the callbacks in their order, then the post-mortem or the evaluation."""
-        from runner.amp.guard import postmortem
-        from runner.report.shapes import compile_count
-        from runner.training.validation import finish
-
         used = self.trainer.used
         log.info(
             "training (%s, %s) for %d steps on %s",
@@ -366,12 +386,14 @@ class Recipe:
             self.plan.total_steps,
             self.env.target,
         )
-        # Order: time the step, record its shape, trace/guard its outputs, record the validation, then
-        # checkpoint what passed, then the early stop. fit without a validation set trains as Model.train.
-        callbacks = [self.monitor, self.shapes, *self.guarding.callbacks, *self.watch.callbacks(self.checkpointer)]
-        if self.profiler is not None:  # first: its window brackets the step as the other callbacks see it
-            callbacks.insert(0, self.profiler)
-        start_step = self.start.get("global_step", 0)
+        self._fit()
+        self.checkpointer.exit_if_interrupted()
+        self.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
+        return self._after_training()
+
+    def _fit(self) -> None:
+        """Model.fit from the resumed position; its errors as the user's (memory, changed data, a full disk)."""
+        start_step = self.state.start_step
         try:
             if start_step >= self.plan.total_steps:  # an interrupted final phase: only evaluation and report are left
                 log.info(
@@ -381,11 +403,11 @@ class Recipe:
                 self.trainer.model.fit(
                     self.plan.train_epochs,
                     self.data.train,
-                    callbacks=callbacks,
+                    callbacks=self.callbacks(),
                     dataset_sink_mode=self.plan.sink,
                     sink_size=self.plan.sink_size,
                     initial_epoch=self.initial_epoch,
-                    **self.watch.fit_args(self.data.val),
+                    **self.validation_and_stop.fit_args(self.data.val),
                 )
         except (RuntimeError, MemoryError) as e:
             from runner.datasets.sources import data_changed
@@ -398,64 +420,100 @@ class Recipe:
             raise UserError(
                 f"Could not write a checkpoint in {self.env.run_dir}: {e}. Earlier checkpoints are intact."
             ) from None
-        self.checkpointer.exit_if_interrupted()
-        self.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
+
+    def _after_training(self) -> Outcome:
+        """The NaN guard's post-mortem, or the EMA weights put in, the best restored after an early stop and the
+        final validation."""
+        from runner.amp.guard import postmortem
+        from runner.report.shapes import compile_count
+        from runner.training.validation import final_validation
+
+        used, checks, step_cell = self.trainer.used, self.step_checks, self.trainer.step_cell
         record, failure = postmortem(
-            self.guarding.guard,
-            self.make_net,
-            self.env.run_dir,
-            used.amp_level_used,
-            used.keep_fp32,
-            self.guarding.max_islands,
+            checks.guard, self.make_net, self.env.run_dir, used.amp_level_used, used.keep_fp32, checks.max_islands
         )
-        ema = not failure and getattr(self.trainer.step_cell, "ema_decay", 0) > 0
+        ema = not failure and getattr(step_cell, "ema_decay", 0) > 0
         if ema:
-            self.trainer.step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
-        done = ({}, None)
+            step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
         val, stopped = (
-            finish(self.watch, self.trainer, self.data.val, self.checkpointer, self.cfg.eval, reuse=not ema)
+            final_validation(
+                self.validation_and_stop,
+                self.trainer,
+                self.data.val,
+                self.state,
+                self.checkpointer,
+                self.cfg.eval,
+                reuse=not ema,
+            )
             if not failure
-            else done
+            else ({}, None)
         )
-        compiles = compile_count(self.trainer.step_cell, self.env.mode, self.shapes)
-        return Outcome(val, self.checkpointer.losses(), compiles, record, failure, stopped)
+        compiles = compile_count(step_cell, self.env.mode, self.shapes)
+        return Outcome(val, self.state.run_losses(), compiles, record, failure, stopped)
 
     def collect(self, o: Outcome) -> RunMetrics:
-        """The run's measurements gathered into the metrics record (FLOPs and advice come in report())."""
-        from runner.amp.guard import guard_metrics
+        """The run's measurements gathered into the metrics record, section by section (FLOPs, device memory
+        and advice come in report())."""
         from runner.report import startup
+
+        timing = Timing(**self.monitor.timing(), startup=startup.record(*self.monitor.first_step_times()))
+        return RunMetrics(
+            results=self._results(o),
+            timing=timing,
+            compiles=self._compiles(o),
+            resources=Resources(peak_host_memory_mb=outputs.peak_rss_mb()),  # read again at the end (report())
+            precision=self._precision(o),
+            setup=self._setup(),
+            files=self._files(),
+        )
+
+    def _results(self, o: Outcome) -> Results:
         from runner.report.accuracy import as_metrics
-        from runner.training.optim import decay_record
         from runner.training.validation import best_record, top_records
 
-        cfg, env = self.cfg, self.env
-        return RunMetrics(
+        ckpt_dir, per_epoch = self.checkpointer.dir, self.data.steps_per_epoch
+        return Results(
             val_accuracy=float(o.val["accuracy"]) if o.val else None,
             val_loss=float(o.val["loss"]) if o.val else None,
             **as_metrics(o.val),
             final_loss=float(o.losses[-1]),
             loss_curve=o.losses.tolist(),
-            val_curve=self.watch.curve(),
-            best_checkpoint=best_record(self.checkpointer, self.data.steps_per_epoch),
-            top_checkpoints=top_records(self.checkpointer, self.data.steps_per_epoch),
+            val_curve=self.validation_and_stop.curve(),
+            best_checkpoint=best_record(self.state, ckpt_dir, per_epoch),
+            top_checkpoints=top_records(self.state, ckpt_dir, per_epoch),
             early_stop=o.early_stop,
             fine_tune=self.fine_tune,
-            **self.monitor.timing(),
+        )
+
+    def _compiles(self, o: Outcome) -> Compiles:
+        return Compiles(
             compile_count=o.compiles,
             **self.shapes.metrics(o.compiles),
             padding=self.data.padding,
-            augment=self.data.augment,
-            label_smoothing=cfg.loss.label_smoothing,
             skipped_samples=self.data.skipped_samples,
-            peak_host_memory_mb=outputs.peak_rss_mb(),  # read again once the report is written (report())
-            startup=startup.record(*self.monitor.first_step_times()),
-            amp_level_used=self.trainer.used.amp_level_used,
-            loss_scale_type_used=self.trainer.used.loss_scale_type_used,
-            native_loss_scale_cell=self.trainer.used.native_loss_scale_cell,
-            keep_fp32=self.trainer.used.keep_fp32,
-            loss_scale=self.guarding.trace.summary(),
+            augment=self.data.augment,
+            label_smoothing=self.cfg.loss.label_smoothing,
+        )
+
+    def _precision(self, o: Outcome) -> Precision:
+        from runner.amp.guard import guard_metrics
+
+        used, checks = self.trainer.used, self.step_checks
+        return Precision(
+            amp_level_used=used.amp_level_used,
+            loss_scale_type_used=used.loss_scale_type_used,
+            native_loss_scale_cell=used.native_loss_scale_cell,
+            keep_fp32=used.keep_fp32,
+            loss_scale=checks.trace.summary(),
             nan_guard=guard_metrics(o.postmortem),
-            diagnose=self.guarding.grad_stats.summary() if self.guarding.grad_stats else None,
+            diagnose=checks.grad_stats.summary() if checks.grad_stats else None,
+        )
+
+    def _setup(self) -> Setup:
+        from runner.training.optim import decay_record
+
+        cfg, env, optimizer = self.cfg, self.env, self.trainer.step_cell.optimizer
+        return Setup(
             mode=env.mode,
             jit_level=env.jit_level,
             device_target=env.target,
@@ -464,8 +522,8 @@ class Recipe:
             seed=cfg.seed,
             batch_size=cfg.batch_size,
             effective_batch_size=cfg.batch_size * cfg.optim.accumulate_steps,
-            optimizer_updates=int(self.trainer.step_cell.optimizer.global_step.asnumpy().reshape(-1)[0]),
-            weight_decay=decay_record(self.trainer.step_cell.optimizer, cfg.optim),
+            optimizer_updates=int(optimizer.global_step.asnumpy().reshape(-1)[0]),
+            weight_decay=decay_record(optimizer, cfg.optim),
             ema_decay=cfg.ema.decay or None,
             sink={
                 "requested": cfg.sink.enabled,
@@ -478,10 +536,15 @@ class Recipe:
             train_samples=self.data.train_size,
             val_samples=self.data.val_size,
             versions=outputs.versions(),
+        )
+
+    def _files(self) -> Files:
+        env = self.env
+        return Files(
             run_dir=env.run_dir,
             resumed_from=self.start.get("path"),
-            resume_changes=resume_check.recorded(env.run_dir) if self.start else {},
-            loggers=chosen(cfg.logger),
+            resume_changes=resume_check.changes_this_resume_applied(env.run_dir) if self.start else {},
+            loggers=chosen(self.cfg.logger),
             profile=self.profiler.record() if self.profiler is not None else None,
         )
 
@@ -490,32 +553,36 @@ class Recipe:
         cfg, env = self.cfg, self.env
         m = self.collect(o)
         if env.cache is not None:
-            m.compile_cache = compile_cache.finish(env.cache, m.compile_seconds, env.target)
-            said = compile_cache.line(m.compile_cache)
+            m.compiles.compile_cache = compile_cache.finish(env.cache, m.timing.compile_seconds, env.target)
+            said = compile_cache.line(m.compiles.compile_cache)
             if said:
                 log.info(said)
         if env.world > 1:
-            distributed.write_rank_record(env.run_dir, env.rank, self.net, m.final_loss)
+            distributed.write_rank_record(env.run_dir, env.rank, self.net, m.results.final_loss)
             if env.rank != 0:
                 return m  # rank 0 writes the run's outputs
-        scales = self.guarding.trace.scales if m.loss_scale_type_used != "none" else None  # no flat "scale = 1" panel
-        series = {**self.monitor.series(), "loss_scale": scales}
-        title = f"{cfg.model.name} {m.mode} {m.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
+        scales = (
+            self.step_checks.trace.scales if m.precision.loss_scale_type_used != "none" else None
+        )  # no flat "scale = 1" panel
+        series = {**self.state.series(), "loss_scale": scales}
+        title = f"{cfg.model.name} {m.setup.mode} {m.precision.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
         save = cfg.save_checkpoint and not o.failure
         outputs.measure(m, self.net, self.data, series)
         unsaved = self._save_model(m) if save else None
         # Read last, after the FLOP count's forward pass and the checkpoint's serialisation: the peak of the
         # whole run, as /usr/bin/time would report it (before, the later steps' memory was missed).
-        m.peak_host_memory_mb = outputs.peak_rss_mb()
+        m.resources.peak_host_memory_mb = outputs.peak_rss_mb()
         try:  # the numbers first: a plot that cannot be written must not take them with it
             m.write(RunDir(env.run_dir).metrics)
             if unsaved is not None:
                 raise unsaved
             outputs.plot(m, series, title)
-            outputs.finish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
+            outputs.publish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
-                write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
-                record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds)  # for plan=true
+                write_json(RunDir(env.run_dir).complete, {"steps": m.timing.steps, "epochs": cfg.epochs})
+                record_speed(
+                    cfg, env.conv["path"], m.timing.step_time_median_ms, m.timing.compile_seconds
+                )  # for plan=true
         except OSError as e:
             raise UserError(
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
@@ -533,14 +600,15 @@ class Recipe:
             save_checkpoint(self.net, RunDir(self.env.run_dir).model)
         except OSError as e:
             return e
-        m.checkpoint = RunDir(self.env.run_dir).model
+        m.files.checkpoint = RunDir(self.env.run_dir).model
         return None
 
     def interrupted_after_training(self, signum: int) -> NoReturn:
         """The final phase was interrupted: keep the end of training resumable, say how to finish, raise Interrupted
         (the command line exits 128+signal)."""
-        step = int(self.start.get("global_step", 0)) + (self.monitor.steps[-1] if self.monitor.steps else 0)
-        if self.guard_tripped():
+        state = self.state
+        step = state.start_step + (state.call_ends[-1] if state.call_ends else 0)
+        if state.guard_tripped:
             log.warning(
                 "%s while reporting a stopped (non-finite) run; its outputs are incomplete", signal_name(signum)
             )

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import mindspore as ms
 import numpy as np
@@ -27,6 +27,7 @@ from mindspore.train import Callback, EarlyStopping
 from runner.report.accuracy import flat
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import VAL_CURVE
+from runner.rundir.run_state import RunState
 
 log = logging.getLogger("runner")
 
@@ -57,17 +58,20 @@ def validation_epochs(every: int, epochs: int, steps_per_epoch: int, steps_per_c
 
 @dataclass
 class Score:
-    """The monitored value of the epoch that just ended, and which direction is better."""
+    """Which value is monitored, read from the run state for the epoch that just ended, and which direction is
+    better."""
 
     name: str  # val_accuracy | val_loss | train_loss
-    read: Callable[[], Optional[float]]  # None when this epoch has no value (not validated)
 
     @property
     def mode(self) -> str:
         return MODES[self.name]
 
-    def value(self) -> Optional[float]:
-        return self.read()
+    def value(self, state: RunState) -> Optional[float]:
+        """This epoch's value; None when it has none (not validated, or no step yet)."""
+        if self.name == "train_loss":
+            return state.epoch_loss()
+        return state.validation[self.name[len("val_") :]] if state.validation else None
 
     def better(self, a: float, b: Optional[float], min_delta: float = 0.0) -> bool:
         """Whether a beats b (None: nothing yet) by more than min_delta; NaN never does."""
@@ -79,44 +83,39 @@ class Score:
 
 
 class Validation(Callback):
-    """Records the validation Model.fit ran after this epoch; logs it and gives it to the logger.
+    """Records the validation Model.fit ran after this epoch in the run state (`validation`,
+    `validation_metrics`); logs it and gives it to the logger.
 
-    Runs before the checkpointer and the early stop in the callback list, which read `current`.
+    Runs before the checkpointer and the early stop (runner/training/callbacks.py ORDER), which read it.
     The curve is also kept in checkpoints/val_curve.json, so that a resumed run continues it (the
     points up to the step it resumes from).
-    skip() is true once training was stopped mid-epoch (a signal, the NaN guard): fit would still
+    Once training was stopped mid-epoch (RunState.halted: a signal, the NaN guard) fit would still
     validate that epoch, so the first validation batch stops it there and nothing is recorded.
     """
 
-    def __init__(self, steps_per_epoch: int, start: dict, ckpt_dir: Optional[str], logger, skip: Callable[[], bool]):
-        """start: the resume state ({} for a fresh run); ckpt_dir: where to keep the curve (None: not here)."""
+    def __init__(self, steps_per_epoch: int, state: RunState, ckpt_dir: Optional[str], logger):
+        """state: the run's state (its resume record continues the curve); ckpt_dir: where to keep the curve
+        (None: not here)."""
         super().__init__()
         self.steps_per_epoch = steps_per_epoch
-        start_step = start.get("global_step", 0)
-        self.start_step = start_step  # a resumed run's cur_step_num counts from 0 again
+        self.state = state
+        self.start_step = state.start_step  # a resumed run's cur_step_num counts from 0 again
         self.logger = logger
-        self.skip = skip
         self.path = os.path.join(ckpt_dir, VAL_CURVE) if ckpt_dir else None
-        self.curve = _prior_curve(start)  # {"epoch", "step", "accuracy", "loss"} per validation
-        self.current = None  # this epoch's point, or None
-        self.results = {}  # the last validation's metrics, as Model.fit returned them
-        self.step = start_step  # the global step of the weights as they are now
+        self.curve = _prior_curve(state.start)  # {"epoch", "step", "accuracy", "loss"} per validation
 
     def on_train_epoch_begin(self, run_context):
-        self.current = None
-
-    def on_train_step_end(self, run_context):
-        self.step = self.start_step + int(run_context.original_args().cur_step_num)
+        self.state.validation = None
 
     def on_eval_step_end(self, run_context):
-        if self.skip():
+        if self.state.halted:
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
 
         results = flat(cb.get("eval_results"))
-        if not results or self.skip():
+        if not results or self.state.halted:
             return
         step = self.start_step + int(cb.cur_step_num)
         point = {
@@ -125,8 +124,9 @@ class Validation(Callback):
             "accuracy": float(results["accuracy"]),
             "loss": float(results["loss"]),
         }
-        self.current = point
-        self.results = dict(results)  # every metric of this validation (top-5, per class, ...)
+        self.state.validation = point
+        self.state.validation_metrics = dict(results)  # every metric of this validation (top-5, per class, ...)
+        self.state.validation_step = step
         self.curve.append(point)
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -139,8 +139,9 @@ class Validation(Callback):
 
     def last(self) -> dict:
         """The metrics of a validation of the weights as they are now (this process's), or {}."""
-        if self.results and self.curve and self.curve[-1]["step"] == self.step:
-            return dict(self.results)
+        state = self.state
+        if state.validation_metrics and state.validation_step == state.step:
+            return dict(state.validation_metrics)
         return {}
 
 
@@ -156,29 +157,29 @@ def _prior_curve(start: dict) -> list:
 
 
 class EarlyStop(EarlyStopping):
-    """MindSpore's EarlyStopping on the runner's Score; remembers when and why it stopped.
+    """MindSpore's EarlyStopping on the runner's Score; records when and why it stopped in the run state.
 
     patience counts checks: validations for val_accuracy/val_loss, epochs for train_loss. Under data
     parallel EarlyStopping compares the ranks' mean (its all-reduce), so every rank stops at the same
     epoch; the checkpointer's best is rank 0's own value.
     """
 
-    def __init__(self, score: Score, patience: int, min_delta: float, steps_per_epoch: int, start_step: int):
+    def __init__(self, score: Score, patience: int, min_delta: float, steps_per_epoch: int, state: RunState):
         super().__init__(monitor=score.name, patience=patience, min_delta=min_delta, mode=score.mode)
         self.score = score
         self.steps_per_epoch = steps_per_epoch
-        self.start_step = start_step
-        self.stop = None  # filled when it stops
+        self.state = state
+        self.start_step = state.start_step
 
     def _get_monitor_value(self, cb_params):
-        value = self.score.value()
+        value = self.score.value(self.state)
         return None if value is None else np.array(value, np.float64)
 
     def on_train_epoch_end(self, run_context):
         super().on_train_epoch_end(run_context)
-        if self.stopped_epoch and self.stop is None:
+        if self.stopped_epoch and self.state.early_stop is None:
             step = self.start_step + int(run_context.original_args().cur_step_num)
-            self.stop = {
+            self.state.early_stop = stop = {
                 "epoch": round(step / self.steps_per_epoch, 3),
                 "step": step,
                 "reason": (
@@ -186,12 +187,14 @@ class EarlyStop(EarlyStopping):
                     f"check(s); best {float(self.best):.6g}"
                 ),
             }
-            log.warning("early stop at epoch %g (step %d): %s", self.stop["epoch"], step, self.stop["reason"])
+            log.warning("early stop at epoch %g (step %d): %s", stop["epoch"], step, stop["reason"])
 
 
 @dataclass
-class Watch:
-    """What build() sets up for validation, the best checkpoint and early stopping."""
+class ValidationAndStop:
+    """What decides the run's end and its best weights: the Validation callback (None without evaluation) and
+    the epochs fit validates after, the Score the best checkpoints are chosen by, and the EarlyStop (None
+    when early_stop.patience=0) with its settings."""
 
     validation: Optional[Validation]
     score: Score
@@ -199,11 +202,6 @@ class Watch:
     valid_epochs: list = field(default_factory=list)  # Model epochs after which fit validates
     patience: int = 0
     min_delta: float = 0.0
-
-    def callbacks(self, checkpointer) -> list:
-        """In their order: record the validation, then the checkpointer reads it, then the early stop."""
-        first = [self.validation] if self.validation else []
-        return first + [checkpointer] + ([self.early_stop] if self.early_stop else [])
 
     def fit_args(self, val_data) -> dict:
         """Model.fit's validation arguments (none: fit trains as Model.train does)."""
@@ -215,46 +213,46 @@ class Watch:
         return list(self.validation.curve) if self.validation else []
 
 
-def build_watch(
-    cfg, evaluate: bool, plan, steps_per_epoch: int, start: dict, ckpt_dir, epoch_loss, logger, skip
-) -> Watch:
+def build_validation_and_stop(
+    validation_cfg,
+    checkpoint_cfg,
+    early_stop_cfg,
+    epochs: int,
+    evaluate: bool,
+    plan,
+    steps_per_epoch: int,
+    state: RunState,
+    ckpt_dir,
+    logger,
+) -> ValidationAndStop:
     """The Validation callback, the Score the checkpointer keeps the best by, and the EarlyStop (or None).
 
-    cfg: the whole config (validation, checkpoint.monitor, early_stop, epochs); start: the resume state;
-    ckpt_dir: where this process keeps the curve (None on ranks that write nothing); epoch_loss(): the
-    current epoch's mean training loss; skip(): whether training was stopped mid-epoch.
+    The config's `validation`, `checkpoint` and `early_stop` sections, its `epochs` and `eval`; state: the
+    run's state (the resume record continues the curve); ckpt_dir: where this process keeps the curve (None
+    on ranks that write nothing).
     """
-    every = cfg.validation.every_epochs
+    every = validation_cfg.every_epochs
     steps_per_call = plan.total_steps // plan.train_epochs
     valid_epochs = (
-        validation_epochs(every, cfg.epochs, steps_per_epoch, steps_per_call, plan.train_epochs) if evaluate else []
+        validation_epochs(every, epochs, steps_per_epoch, steps_per_call, plan.train_epochs) if evaluate else []
     )
-    start_step = start.get("global_step", 0)
     # The curve file matters only to a resume: none without checkpoints or with a single final validation.
-    keep = ckpt_dir if every > 0 and cfg.checkpoint.every_epochs > 0 else None
-    validation = Validation(steps_per_epoch, start, keep, logger, skip) if evaluate else None
-
-    def reader(name):
-        if name == "train_loss":
-            return epoch_loss
-        key = name[len("val_") :]
-        return lambda: validation.current[key] if validation and validation.current else None
-
-    es = cfg.early_stop
+    keep = ckpt_dir if every > 0 and checkpoint_cfg.every_epochs > 0 else None
+    validation = Validation(steps_per_epoch, state, keep, logger) if evaluate else None
+    es = early_stop_cfg
     # One monitor for both (runner/config/checks.py refuses two different ones): the run stops on the value that
     # chose the checkpoint it keeps.
-    chosen = str(cfg.checkpoint.monitor)
+    chosen = str(checkpoint_cfg.monitor)
     if chosen == "auto" and es.patience > 0:
         chosen = str(es.monitor)
-    name = resolve_monitor(chosen, every > 0)
-    score = Score(name, reader(name))
-    stop = EarlyStop(score, es.patience, es.min_delta, steps_per_epoch, start_step) if es.patience > 0 else None
-    return Watch(validation, score, stop, valid_epochs, es.patience, es.min_delta)
+    score = Score(resolve_monitor(chosen, every > 0))
+    stop = EarlyStop(score, es.patience, es.min_delta, steps_per_epoch, state) if es.patience > 0 else None
+    return ValidationAndStop(validation, score, stop, valid_epochs, es.patience, es.min_delta)
 
 
-def restore_best(step_cell, checkpointer) -> Optional[str]:
+def restore_best(step_cell, state: RunState, checkpointer) -> Optional[str]:
     """Load the best checkpoint into the train cell (after an early stop); return its path, or None."""
-    best = checkpointer.best
+    best = state.best
     if not best or not checkpointer.writer:
         return None  # data parallel: only the rank that wrote it reads it back, and only it writes outputs
     path = os.path.join(checkpointer.dir, best["file"])
@@ -267,51 +265,53 @@ def restore_best(step_cell, checkpointer) -> Optional[str]:
     return path
 
 
-def finish(watch: Watch, trainer, val_data, checkpointer, evaluate: bool, reuse: bool = True) -> tuple:
+def final_validation(
+    chosen: ValidationAndStop, trainer, val_data, state: RunState, checkpointer, evaluate: bool, reuse: bool = True
+) -> tuple:
     """(final validation metrics or {}, the early-stop record or None), after training.
 
     After an early stop the best checkpoint's weights become the final ones; the final validation is
     then of those weights. Otherwise a validation fit ran at the last step is reused.
     """
     record = None
-    if watch.early_stop is not None:
-        stop = watch.early_stop.stop
+    if chosen.early_stop is not None:
+        stop = state.early_stop
         record = {
             "stopped": stop is not None,
-            "monitor": watch.early_stop.monitor,
-            "patience": watch.patience,
-            "min_delta": watch.min_delta,
+            "monitor": chosen.early_stop.monitor,
+            "patience": chosen.patience,
+            "min_delta": chosen.min_delta,
             **(stop or {}),
         }
         if stop is not None:
-            record["restored"] = restore_best(trainer.step_cell, checkpointer)
+            record["restored"] = restore_best(trainer.step_cell, state, checkpointer)
             if record["restored"]:
-                record["restored_step"] = checkpointer.best["global_step"]
+                record["restored_step"] = state.best["global_step"]
     if not evaluate:
         return {}, record
     # reuse=False: the weights changed since the last validation in fit (the EMA was put in).
-    last = watch.validation.last() if reuse and not (record and record.get("restored")) else {}
+    last = chosen.validation.last() if reuse and not (record and record.get("restored")) else {}
     if last:
         return last, record
 
     return flat(trainer.evaluator.eval(val_data, dataset_sink_mode=False)), record
 
 
-def best_record(checkpointer, steps_per_epoch: int) -> Optional[dict]:
+def best_record(state: RunState, ckpt_dir: str, steps_per_epoch: int) -> Optional[dict]:
     """metrics.json's `best_checkpoint`: which checkpoint is the best, at which epoch, with what value."""
-    return _record(checkpointer.best, checkpointer, steps_per_epoch) if checkpointer.best else None
+    return _record(state.best, ckpt_dir, steps_per_epoch) if state.best else None
 
 
-def top_records(checkpointer, steps_per_epoch: int) -> list:
+def top_records(state: RunState, ckpt_dir: str, steps_per_epoch: int) -> list:
     """metrics.json's `top_checkpoints`: the checkpoint.top_k kept best ones, best first, as best_record."""
-    return [_record(b, checkpointer, steps_per_epoch) for b in checkpointer.top]
+    return [_record(b, ckpt_dir, steps_per_epoch) for b in state.top]
 
 
-def _record(best: dict, checkpointer, steps_per_epoch: int) -> dict:
+def _record(best: dict, ckpt_dir: str, steps_per_epoch: int) -> dict:
     return {
         "monitor": best["monitor"],
         "value": best["value"],
         "epoch": round(best["global_step"] / steps_per_epoch, 3),
         "step": best["global_step"],
-        "file": os.path.join(checkpointer.dir, best["file"]),
+        "file": os.path.join(ckpt_dir, best["file"]),
     }
