@@ -1,6 +1,7 @@
 """runner/cli/app.py and runner/__main__.py: a signal in the first seconds of a command, before a run's own
 handlers take over (runner/training/checkpoints.py), ends it naming the signal, exit 128 + signal."""
 
+import json
 import os
 import signal
 import subprocess
@@ -8,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY
+from conftest import REPO, TINY, wait_for
 
 
 def caught(pid: int, signum: int) -> bool:
@@ -85,3 +86,43 @@ def test_sigterm_during_the_onednn_build_stops_the_compiler_and_leaves_no_tempor
     assert proc.returncode == 143 and "SIGTERM (signal 15)" in out and "Traceback" not in out, out
     time.sleep(1)  # what an orphaned linker would still write
     assert not list(cache.glob("tmp*.so")) and not compilers_writing(building[0])
+
+
+def logged_rows(path) -> int:
+    """Rows after the header of metrics.csv (one per logged step): a training step has run when > 0."""
+    try:
+        return max(0, len(path.read_text().splitlines()) - 1)
+    except OSError:
+        return 0
+
+
+@pytest.mark.slow
+def test_kill_int_mid_training_to_a_background_job_says_sigint_and_exits_130(tmp_path):
+    # As `python -m runner ... &` from a script: a shell starts a background job with SIGINT ignored. Once
+    # a graph has run, MindSpore's own SIGINT handler turns SIGINT into SIGTERM (runner/training/interrupts.py):
+    # the signal must come after logged steps, not during the first step's compile.
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        f"hydra.run.dir={run_dir}",
+        *(o for o in TINY if not o.startswith(("epochs=", "log_every="))),
+        "epochs=50",
+        "log_every=5",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    wait_for(proc, lambda: logged_rows(run_dir / "metrics.csv") >= 2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    assert "interrupted by SIGINT (signal 2)" in out and "SIGTERM" not in out and "Traceback" not in out, out[-3000:]
+    latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+    assert latest["global_step"] >= 10 and (run_dir / "checkpoints" / latest["latest"]).is_file()
