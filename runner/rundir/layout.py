@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, quoted
 
 CONFIG = "config.yaml"
 METRICS = "metrics.json"
@@ -152,7 +152,7 @@ def read_state(ckpt_dir: str) -> dict:
     except FileNotFoundError:
         raise StateProblem(f"{path} is missing") from None
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        detail = " ".join(str(e).split())[:120]
+        detail = quoted(e)
         raise StateProblem(f"{path} is unreadable ({type(e).__name__}: {detail})") from None
     return state
 
