@@ -33,24 +33,6 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-# Where MindSpore's message ends and its C++ call stack (for its developers) begins.
-_TRACE_MARKERS = ("\n----------------------------------------------------", "- C++ Call Stack")
-
-
-def quoted(e: BaseException, limit: int = 400) -> str:
-    """An error's message as a refusal quotes it, on one line: MindSpore's C++ call stack dropped, whitespace
-    collapsed; a longer message loses its middle, at word boundaries: its start says what failed and its end
-    why (a YAML error's "expected ..., but found ...", MindSpore's "but got ...")."""
-    text = str(e)
-    text = text[: min((text.find(m) for m in _TRACE_MARKERS if m in text), default=len(text))]
-    text = " ".join(text.split()) or type(e).__name__
-    if len(text) <= limit:
-        return text
-    head = text[: limit // 3].rsplit(" ", 1)[0]
-    tail = text[len(text) - (limit - len(head) - 5) :].split(" ", 1)[-1]
-    return f"{head} ... {tail}"
-
-
 class Interrupted(Exception):
     """SIGINT or SIGTERM stopped a run that the Python API started (the CLI exits 128+signal instead);
     what the run saved is kept, and resume=true continues it."""

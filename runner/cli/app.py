@@ -102,6 +102,7 @@ def handled(task: Callable) -> Callable:
         # A log line that cannot be written (disk full) must not print a traceback of its own: the
         # failure that matters is reported as one paragraph below.
         logging.raiseExceptions = False
+        route_sigint()  # in a launcher's worker process too (joblib, submitit): the CLI's cli() did not run there
         try:
             return task(cfg)
         except Interrupted as e:

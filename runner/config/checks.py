@@ -20,9 +20,9 @@ from runner.config.schema import (
     PaddingConfig,
 )
 from runner.config.tree import walk
-from runner.datasets.errors import DataConfigError
+from runner.datasets.errors import DataConfigError, error_reason
 from runner.datasets.settings import check_padding as check_padding_values
-from runner.errors import ConfigError, quoted
+from runner.errors import ConfigError
 
 
 def check_target(path: str, target) -> None:
@@ -491,9 +491,8 @@ def check_loggers(cfg) -> None:
         try:
             importlib.import_module(pkg)
         except Exception as e:  # a broken install raises whatever its own imports raise
-            problems.append(
-                f"logger={name} needs {pkg}, which is installed but does not import ({type(e).__name__}: {quoted(e)})"
-            )
+            why = f"{type(e).__name__}: {error_reason(e)}"
+            problems.append(f"logger={name} needs {pkg}, which is installed but does not import ({why})")
     if problems:
         raise ConfigError(
             f"{'; '.join(problems)}. Install it: pip install -e '.[loggers]' (or the package alone), or leave it "

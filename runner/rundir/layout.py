@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional
 
-from runner.errors import ConfigError, quoted
+from runner.datasets.errors import error_reason
+from runner.errors import ConfigError
 
 CONFIG = "config.yaml"
 METRICS = "metrics.json"
@@ -152,7 +153,7 @@ def read_state(ckpt_dir: str) -> dict:
     except FileNotFoundError:
         raise StateProblem(f"{path} is missing") from None
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        detail = quoted(e)
+        detail = error_reason(e)
         raise StateProblem(f"{path} is unreadable ({type(e).__name__}: {detail})") from None
     return state
 
