@@ -201,12 +201,15 @@ def library() -> str:
         raise
     name = f"{stem}-{build_key(compiler, dnnl)[:16]}.so"
     for where in _private_dirs(create=True):
+        if where in _unwritable and not (where / name).is_file():
+            continue  # found so earlier in this process: said once, not tried again by each layer
         try:
             if (where / name).is_file() and _loads(where / name):
                 return str(where / name)
             return _compile(compiler, dnnl, where / name)  # absent, or truncated by a killed build: (re)build
         except OSError as e:  # read-only (EROFS is no PermissionError), or full: must not stop training; try /tmp
-            log.warning("model.conv=onednn: cannot write %s (%s); trying a temporary directory", where, e)
+            _unwritable.add(where)
+            _warn_once("model.conv=onednn: cannot write %s (%s); trying a temporary directory", where, e)
     raise ModelError(
         "model.conv=onednn: found no private writable directory to build its library in (the cache "
         f"directory {cache_dir()} and {tempfile.gettempdir()}). Use model.conv=native or auto."
@@ -223,12 +226,25 @@ def _private_dirs(create: bool):
                 continue
             private = _private(where)
         except OSError as e:  # read-only, or a file where a directory should be ($XDG_CACHE_HOME a file)
-            log.warning("model.conv=onednn: cannot use %s as a directory (%s); trying a temporary directory", where, e)
+            _warn_once("model.conv=onednn: cannot use %s as a directory (%s); trying a temporary directory", where, e)
             continue
         if not private:  # a library loaded into this process must be one only we could write
-            log.warning("model.conv=onednn: %s is writable by others; not building there", where)
+            _warn_once("model.conv=onednn: %s is writable by others; not building there", where)
             continue
         yield where
+
+
+# Directories library() could not write in this process, and the warnings already given: every onednn layer
+# asks for the library, and a read-only cache is one fact, said once (it was said once per layer).
+_unwritable: set = set()
+_warned: set = set()
+
+
+def _warn_once(message: str, where: Path, *args) -> None:
+    key = (message, str(where))
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, where, *args)
 
 
 def cache_dir() -> Path:

@@ -87,14 +87,15 @@ def _check_channels(net, arch: str, in_channels: int) -> None:
 
 
 def _runs(net, in_channels: int, size: int) -> Optional[str]:
-    """None when net takes a (1, in_channels, size, size) input, else MindSpore's reason (first line)."""
+    """None when net takes a (1, in_channels, size, size) input, else MindSpore's reason: its first line, in
+    full (the reason is at its end: "..., but got ..."; the C++ call stack follows on the next lines)."""
     import mindspore as ms
 
     try:
         net(ms.Tensor(np.zeros((1, in_channels, size, size), np.float32)))
         return None
     except (ValueError, RuntimeError, TypeError) as e:
-        return " ".join(str(e).strip().splitlines()[0].split())[:200]
+        return " ".join((str(e).strip().splitlines() or [type(e).__name__])[0].split())
 
 
 def _check_size(net, arch: str, in_channels: int, size: int) -> None:

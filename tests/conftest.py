@@ -95,6 +95,7 @@ def _process_state_restored():
 
     argv, environ, cwd = list(sys.argv), dict(os.environ), os.getcwd()
     sigint, sigterm = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the CLI blocks SIGINT (runner/training/interrupts.py)
     loggers = [logging.getLogger()] + [
         lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
     ]
@@ -112,6 +113,7 @@ def _process_state_restored():
         os.chdir(cwd)
         signal.signal(signal.SIGINT, sigint)
         signal.signal(signal.SIGTERM, sigterm)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for lg in [logging.getLogger()] + [
             lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
         ]:

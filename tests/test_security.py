@@ -428,6 +428,18 @@ def test_env_copy_takes_only_harmless_names(tmp_path, monkeypatch):
     preflight_refuses(tmp_path, "hydra.job.env_copy=[PYTHONSTARTUP]", run, match=r"PYTHONSTARTUP.* is refused")
 
 
+@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "RUNNER_TEST_UNSET"])
+def test_env_copy_of_an_unset_variable_says_it_is_not_set_not_the_hydra_version(tmp_path, monkeypatch, name):
+    # Hydra's config loader reads os.environ[name] for each entry: a bare KeyError, not a check that failed.
+    monkeypatch.delenv(name, raising=False)
+    proc = cli_in_process(f"hydra.job.env_copy=[{name}]", f"hydra.run.dir={tmp_path / 'r'}")
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "hydra-core" not in text, proc.stderr
+    assert f"hydra.job.env_copy names {name}" in text and not (tmp_path / "r").exists()
+    # An allowed name is only missing; any other is refused whether set or not (the rule above).
+    assert ("which is not set in this environment" in text) == (name == "OMP_NUM_THREADS"), text
+
+
 def test_a_hydra_group_option_outside_the_list_is_refused(tmp_path):
     # A --config-dir may add options under hydra/: only the shipped names are chosen.
     (tmp_path / "extra" / "hydra" / "launcher").mkdir(parents=True)

@@ -23,6 +23,7 @@ import hydra
 from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
 from runner.cli import hydra_seam
 from runner.errors import Interrupted, print_user_error, user_errors
+from runner.training.interrupts import route_sigint
 
 # The signal (SIGINT or SIGTERM) that reached this process through the CLI's own handler; False: none.
 _interrupted: "int | bool" = False
@@ -101,6 +102,7 @@ def handled(task: Callable) -> Callable:
         # A log line that cannot be written (disk full) must not print a traceback of its own: the
         # failure that matters is reported as one paragraph below.
         logging.raiseExceptions = False
+        route_sigint()  # in a launcher's worker process too (joblib, submitit): the CLI's cli() did not run there
         try:
             return task(cfg)
         except Interrupted as e:
@@ -197,6 +199,10 @@ def _catch_interrupts() -> None:
     # onednn build) is left running; as an exception it unwinds and ends as 143, the signal named.
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    # MindSpore turns SIGINT into SIGTERM once a graph runs; routed, it reaches _on_signal and the run's
+    # own handler as SIGINT. This is also why a SIGINT ignored at start (a background job of a script)
+    # stops the command: `kill -INT` is a request to stop (docs/checkpoints.md).
+    route_sigint()
 
 
 def _check_then_run(app: HydraApp, checks, argv, prints: bool, run_hydra: Callable[[], None]) -> None:

@@ -17,8 +17,10 @@ def main(job_file: str) -> None:
     """Load the job, run it through Hydra, pickle (status, value, error, dirs) for the launcher."""
     from runner.cli.app import _on_sigint, job_task
     from runner.cli.hydra_seam import job_callbacks, job_error
+    from runner.training.interrupts import route_sigint
 
     signal.signal(signal.SIGINT, _on_sigint)  # Ctrl-C during an import ends the job quietly too
+    route_sigint()  # past MindSpore's own SIGINT handler (runner/training/interrupts.py)
 
     with open(job_file, "rb") as f:
         job = pickle.load(f)

@@ -600,6 +600,27 @@ def compose_like_hydra(app, args) -> list:
         except COMPOSE_ERRORS as e:
             check_package_header(e)
             raise compose_error(e) from None
+        except KeyError as e:
+            check_env_copy(e)
+            raise
+
+
+def check_env_copy(error: KeyError) -> None:
+    """ConfigError when the KeyError is Hydra copying a `hydra.job.env_copy` variable that is not set: its
+    config loader reads os.environ[name] for each, and the bare KeyError would otherwise fail the check itself
+    (blamed on the Hydra version)."""
+    import traceback
+
+    name = error.args[0] if error.args else None
+    in_loader = any(f.name == "_load_configuration_impl" for f in traceback.extract_tb(error.__traceback__))
+    if isinstance(name, str) and in_loader and name not in os.environ:
+        if name not in ENV_ALLOWED:
+            raise ConfigError(f"hydra.job.env_copy names {name}, which is refused: {ENV_REASON}") from None
+        raise ConfigError(
+            f"hydra.job.env_copy names {name}, which is not set in this environment: Hydra copies each variable it "
+            f"names from the environment the command starts in. Set it (export {name}=...) or leave it out of "
+            "hydra.job.env_copy."
+        ) from None
 
 
 def check_no_option(hydra, overrides: list) -> None:

@@ -21,7 +21,7 @@ from runner.config.schema import (
     PaddingConfig,
 )
 from runner.config.tree import walk
-from runner.datasets.errors import DataConfigError
+from runner.datasets.errors import DataConfigError, error_reason
 from runner.datasets.settings import check_padding as check_padding_values
 from runner.errors import ConfigError
 
@@ -523,16 +523,25 @@ LOGGER_PACKAGES = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "
 
 
 def check_loggers(cfg) -> None:
-    """Raise ConfigError when a chosen logger's package is not installed (all named at once)."""
-    missing = [
-        f"logger={name} needs {pkg}"
-        for name, pkg in LOGGER_PACKAGES.items()
-        if cfg.logger.get(name) is not None and importlib.util.find_spec(pkg) is None
-    ]
-    if missing:
+    """Raise ConfigError when a chosen logger's package is not installed or does not import (all named at
+    once). Imported here, before MindSpore loads and before the run directory is written: the logger
+    imports it anyway, and a package that is present but broken fails only on import."""
+    problems = []
+    for name, pkg in LOGGER_PACKAGES.items():
+        if cfg.logger.get(name) is None:
+            continue
+        if importlib.util.find_spec(pkg) is None:
+            problems.append(f"logger={name} needs {pkg}, which is not installed")
+            continue
+        try:
+            importlib.import_module(pkg)
+        except Exception as e:  # a broken install raises whatever its own imports raise
+            why = f"{type(e).__name__}: {error_reason(e)}"
+            problems.append(f"logger={name} needs {pkg}, which is installed but does not import ({why})")
+    if problems:
         raise ConfigError(
-            f"{'; '.join(missing)}, which is not installed: pip install -e '.[loggers]' (or the package alone). "
-            "metrics.csv is written without any of them."
+            f"{'; '.join(problems)}. Install it: pip install -e '.[loggers]' (or the package alone), or leave it "
+            "out of `logger`: metrics.csv is written without any of them."
         )
 
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional
 
+from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
 
 CONFIG = "config.yaml"
@@ -152,7 +153,7 @@ def read_state(ckpt_dir: str) -> dict:
     except FileNotFoundError:
         raise StateProblem(f"{path} is missing") from None
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        detail = " ".join(str(e).split())[:120]
+        detail = error_reason(e)
         raise StateProblem(f"{path} is unreadable ({type(e).__name__}: {detail})") from None
     return state
 

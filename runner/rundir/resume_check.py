@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.schema import Config
 from runner.config.tree import flat
+from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
 from runner.rundir import layout
 from runner.rundir.atomic import write_json
@@ -132,7 +133,7 @@ def read_saved_config(path: str) -> dict:
     try:
         saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except (yaml.YAMLError, OmegaConfBaseException, ValueError, OSError, UnicodeDecodeError) as e:
-        detail = " ".join(str(e).split())[:200]
+        detail = error_reason(e)
         raise ConfigError(
             f"{path} cannot be read as a runner configuration ({type(e).__name__}: {detail}); it is the run's saved "
             "configuration, written when the run started: restore it, or pass another run."
@@ -243,4 +244,3 @@ def changes_this_resume_applied(run_dir: str) -> Dict[str, list]:
             return json.load(f).get("changes", {})
     except (OSError, ValueError):
         return {}
-

@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.checks import fields_read, validate
 from runner.config.schema import Config
+from runner.datasets.errors import error_reason
 from runner.datasets.settings import DataConfig
 from runner.errors import ConfigError, UserError
 from runner.rundir.atomic import write_json
@@ -97,7 +98,7 @@ def load_config(run_dir: str, data_overrides=None):
         validate(cfg, init_from_problems)
     except (OmegaConfBaseException, ValueError) as e:  # a value missing, of another type, or unknown
         raise ConfigError(
-            f"{path} cannot be read as a runner configuration ({' '.join(str(e).split())[:200]}); "
+            f"{path} cannot be read as a runner configuration ({error_reason(e)}); "
             "was it written by this version of the runner?"
         ) from None
     return cfg
@@ -218,7 +219,7 @@ def read_classes(run_dir: str) -> Optional[dict]:
             raise ValueError(f"num_classes {count!r} is not the number of names")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(
-            f"{path} is unreadable ({type(e).__name__}: {' '.join(str(e).split())[:120]}); it records which class "
+            f"{path} is unreadable ({type(e).__name__}: {error_reason(e)}); it records which class "
             "each output of the run's network stands for, so the run's classes cannot be checked. Restore it."
         ) from None
     return info

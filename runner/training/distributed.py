@@ -29,6 +29,7 @@ from runner.report.outputs import summary_line, warnings_recap, write_config
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import RANK_LOGS, RunDir
 from runner.rundir.lock import hand_to_ranks, in_msrun
+from runner.training.interrupts import sigint_delivered
 
 log = logging.getLogger("runner")
 # MindSpore is imported in init(): this module is loaded with the recipe, before the CPU ISA cap is set.
@@ -119,7 +120,8 @@ def launch(cfg, run_dir: str):
     )
     follower.start()
     try:
-        proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+        with sigint_delivered():  # msrun and its ranks get Ctrl-C as they would without the runner
+            proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     finally:
         stop.set()
         follower.join(timeout=10)
