@@ -528,7 +528,7 @@ class Recipe:
             outputs.finish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
                 write_json(RunDir(env.run_dir).complete, {"steps": m.steps, "epochs": cfg.epochs})
-                record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds)  # for plan=true
+                record_speed(cfg, env.conv["path"], m.step_time_median_ms, m.compile_seconds, m.flops)  # plan=true
         except OSError as e:
             raise UserError(
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
