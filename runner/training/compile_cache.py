@@ -317,7 +317,7 @@ def finish(record: dict, compile_seconds: Optional[float], device_target: str, c
         out["compile_seconds_with_cache"] = compile_seconds
     else:
         out["compile_seconds_without_cache"] = compile_seconds
-        if after:
+        if after and saved:
             _write_record(where.parent, {"compile_seconds": compile_seconds, "device_target": device_target})
     return out
 
