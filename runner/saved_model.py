@@ -23,21 +23,32 @@ from runner.training.environment import cap_cpu_isa, choose_conv, setup
 log = logging.getLogger("runner")
 
 
-def set_up_device(cfg: Any, purpose: Optional[str] = None, extra: Optional[Dict[str, Any]] = None) -> str:
-    """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target.
+def set_up_device(cfg: Any) -> str:
+    """Environment and MindSpore context as the run had them (CPU ISA cap, mode, device, seed); the target."""
+    before_mindspore(cfg)
+    return setup(cfg.device, cfg.mode, cfg.seed, training=False)
 
-    purpose (evaluate, export): the command, whose graphs get a compile-cache directory of their own,
-    keyed on the run's config and the command's settings in `extra` (runner/training/compile_cache.py)."""
+
+def prepare_cache(
+    cfg: Any, target: str, purpose: str, extra: Optional[Dict[str, Any]], data: Any, classes: int
+) -> None:
+    """The compile cache for a command's graphs (evaluate, export), before the first compiles: keyed on the run's
+    config, the command's settings in `extra` and what the data decides about the graphs
+    (runner/training/compile_cache.py)."""
     from runner.training import compile_cache
 
-    before_mindspore(cfg)
-    target = setup(cfg.device, cfg.mode, cfg.seed, training=False)
-    if purpose is not None:
-        isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
-        _cache[purpose] = compile_cache.prepare(
-            cfg, purpose=purpose, target=target, conv=str(cfg.model.conv), isa=str(isa), extra=extra
-        )
-    return target
+    graphs = [
+        {
+            "graph": purpose,
+            "input": [data.channels, data.height, data.width],
+            "classes": classes,
+            "samples": data.val_size,  # the batch shapes evaluate (and export's parity check) run
+        }
+    ]
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    _cache[purpose] = compile_cache.prepare(
+        cfg, purpose=purpose, graphs=graphs, target=target, conv=str(cfg.model.conv), isa=str(isa), extra=extra
+    )
 
 
 _cache: Dict[str, Any] = {}  # purpose -> compile_cache.prepare's record, for cache_done
@@ -142,12 +153,15 @@ def open_run(
 ) -> SavedRun:
     """Context, data and network of a run whose config load_config returned, with the checkpoint `ckpt`
     names loaded; cheapest checks first: the checkpoint's name and file before the data is scanned.
-    purpose, extra: set_up_device's (the command's compile-cache directory)."""
+    purpose, extra: the command and its settings, for its compile-cache directory (prepare_cache)."""
     path = checkpoint_path(run_dir, ckpt)
-    target = set_up_device(cfg, purpose, extra)
+    target = set_up_device(cfg)
     params = read_checkpoint(path)
-    data, net = build(cfg, batch_size, (read_classes(run_dir) or {}).get("num_classes"))
+    classes = (read_classes(run_dir) or {}).get("num_classes")
+    data, net = build(cfg, batch_size, classes)
     record = load_weights(net, params, path, cfg)
+    if purpose is not None:
+        prepare_cache(cfg, target, purpose, extra, data, classes or data.num_classes)
     return SavedRun(cfg, target, data, net, record)
 
 

@@ -3,6 +3,7 @@ finished runs, records that continue, broken state, signals."""
 
 import csv
 import json
+import re
 import shutil
 import signal
 
@@ -203,7 +204,8 @@ def test_sigterm_after_training_is_resumable_and_resume_only_reports(tmp_path):
     assert m["steps"] == 44 == len(m["loss_curve"]) == len(m["step_time_ms_curve"]) and m["val_accuracy"] > 0.5
     # This process trained no step: no compile or step time of its own, and not the earlier process's.
     assert m["compile_seconds"] is None and m["throughput_samples_per_s"] is None and "no step" in m["timing_note"]
-    assert "compile - (0x) | step -" in proc.stdout
+    # No training graph; the evaluation's went through a compile cache of its own (tests/test_compile_cache.py).
+    assert re.search(r"compile - \(0x(, cache (hit|miss))?\) \| step -", proc.stdout), proc.stdout[-2000:]
     assert (run_dir / "model.ckpt").exists() and (run_dir / "curves.png").exists()
     assert _trace_steps(run_dir) == list(range(1, 45))
     assert "already complete" in run_cli(run_dir, *args, "resume=true").stdout

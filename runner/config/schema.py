@@ -254,11 +254,10 @@ class LadderConfig:
 
 @dataclass
 class CompileCacheConfig:
-    # MindSpore's compile cache, one directory per key of what makes the graphs (runner/training/compile_cache.py):
-    # graph and jit modes with padding=fixed, the first run of a process. Off by default: MindSpore matches cached
-    # graphs by the order a process compiles them, and a resume that only finished the evaluation (its process
-    # compiled the eval graph first) was handed the training graph's cache and computed garbage (seen here).
-    enabled: bool = False
+    # MindSpore's compile cache, one directory per key of what makes the graphs and of the sequence of graphs the
+    # process compiles (runner/training/compile_cache.py): graph and jit modes with padding=fixed, the first run of
+    # a process whose entry script is a file. Elsewhere it is off with one line saying why.
+    enabled: bool = True
     dir: Optional[str] = None  # None: $XDG_CACHE_HOME (or ~/.cache)/mindspore-runner/compile-cache
 
 

@@ -252,6 +252,7 @@ def measure(net, data, throughput: Optional[float], target: str, threads: Option
         # Which convolution algorithm ran (model.conv, models/conv.py): layers and forward FLOPs per path.
         "conv_paths": fwd["conv_paths"],
         "train_per_sample": train_per_sample,
+        "layers": fwd["layers"],  # leaf cells the forward pass runs (plan=true's host cost per step scales with it)
         "achieved_gflops_per_s": achieved,
         "matmul_peak_gflops_per_s": None,
         "peak": None,  # how the peak was measured: kernel, cache key, cached or measured by this run

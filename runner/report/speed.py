@@ -40,17 +40,25 @@ def speed_records() -> dict:
         return {}
 
 
-def record_speed(cfg, conv_path: str, step_ms: Optional[float], compile_s: Optional[float]) -> None:
-    """Remember a finished run's steady step time for later plans of the same configuration on this machine."""
+def record_speed(
+    cfg, conv_path: str, step_ms: Optional[float], compile_s: Optional[float], flops: Optional[dict] = None
+) -> None:
+    """Remember a finished run's steady step time for later plans of the same configuration on this machine;
+    with its FLOPs per step and layers (`flops`: metrics.json's block), plans of other configurations learn
+    this machine's cost per layer from it (runner/training/plan.py)."""
     if step_ms is None:
         return
     from runner.rundir.atomic import write_json
 
+    flops = flops or {}
     records = speed_records()
     records[speed_key(cfg, conv_path)] = {
         "step_ms": round(step_ms, 3),
         "compile_s": None if compile_s is None else round(compile_s, 3),
         "when": time.strftime("%Y-%m-%d %H:%M"),
+        "conv": conv_path,
+        "flops_per_step": flops["train_per_sample"] * cfg.batch_size if flops.get("train_per_sample") else None,
+        "layers": flops.get("layers"),
     }
     try:
         _speed_file().parent.mkdir(parents=True, exist_ok=True)

@@ -1,28 +1,35 @@
 """MindSpore's compile cache, one directory per key of what makes the graphs (docs/compile-cache.md).
 
-MindSpore saves each graph it compiles as `rank_<id>/graph_cache/compile_cache_<n>.mindir` under
-MS_COMPILER_CACHE_PATH and loads the n-th graph of a later process from the n-th file, checking only the
-hashes of the Python files it depends on: a changed batch size, AMP level or schedule would load the old
-graph (docs/mindspore-notes.md#compile-cache). So the runner keys the directory on everything that goes
-into the graphs, and uses it only where graphs are compiled in a known order: the first run of a process,
-with fixed input shapes.
+MindSpore saves the n-th graph a process compiles while MS_COMPILER_CACHE_ENABLE=1 as
+`rank_<id>/graph_cache/compile_cache_<n>.mindir` under MS_COMPILER_CACHE_PATH, and a later process loads its
+n-th such graph from the n-th file, checking only the hashes of the Python files it depends on: not the
+cell, not the input shapes (docs/mindspore-notes.md#compile-cache). A process that compiles another graph
+first is handed the wrong one and computes garbage. So the runner keys the directory on everything that
+goes into the graphs AND on the sequence of graphs the process compiles through the cache (`graphs`: train
+then eval, eval only, one command's), lets exactly those compiles through (suspended() for any other), and
+publishes a directory only once its whole sequence compiled (finish(complete=True)).
 """
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import shutil
+import socket
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, List, Optional
 
 log = logging.getLogger("runner")
 
 ENABLE_VAR = "MS_COMPILER_CACHE_ENABLE"
 PATH_VAR = "MS_COMPILER_CACHE_PATH"
 RECORD = "compile.json"  # in the key's directory: the compile time of the run that filled it
-# Config keys that do not reach a graph: naming, logging, files, the data's location and pipeline, the
-# seed of the data order and the initial weights (parameters, not graph constants), optim.lr (the
-# schedule's `learning_rate` Parameter: runner/training/optim.py). Everything else is in the key.
+# Config keys that do not reach a graph: naming, logging, files, the seed of the data order and the initial
+# weights (parameters, not graph constants), optim.lr (the schedule's `learning_rate` Parameter:
+# runner/training/optim.py). The data's location, size and augmentation reach the graphs only through what
+# the sequence records (`graphs`: input shape, classes, soft labels, steps per epoch, validation batches).
+# Everything else is in the key.
 NOT_IN_GRAPH = (
     "experiment_name",
     "logger",
@@ -47,6 +54,27 @@ NOT_IN_GRAPH = (
     "augment",
 )
 _first_in_process: dict = {}
+
+
+def training_graphs(data, batch: int, total_steps: int, trains: bool, evaluates: bool) -> List[dict]:
+    """The graphs a training process compiles, in order: the train step (unless a resume only reports), then
+    the evaluation's (one per batch shape of the validation set). What the data decides about them is here:
+    input shape and labels, the schedule's constants (steps per epoch and in all), the validation batches."""
+    graphs: List[dict] = []
+    if trains:
+        graphs.append(
+            {
+                "graph": "train",
+                "input": [batch, data.channels, data.height, data.width],
+                "classes": data.num_classes,
+                "soft_labels": bool((data.augment or {}).get("soft_labels")),
+                "steps_per_epoch": data.steps_per_epoch,
+                "total_steps": total_steps,
+            }
+        )
+    if evaluates and data.val_size:
+        graphs.append({"graph": "eval", "samples": data.val_size, "batch": batch, "classes": data.num_classes})
+    return graphs
 
 
 def source_digest() -> str:
@@ -81,9 +109,10 @@ def graph_config(cfg) -> dict:
     return tree
 
 
-def key(cfg, *, purpose: str, target: str, rank: int, world: int, conv: str, isa: str, extra=None) -> str:
+def key(cfg, *, purpose: str, graphs: list, target: str, rank: int, world: int, conv: str, isa: str, extra=None) -> str:
     """The directory name for these graphs: MindSpore's version, the runner's source, the graph-relevant
-    config, the command (`purpose`, with its own settings in `extra`), device, rank, conv path and ISA cap."""
+    config, the command (`purpose`, with its own settings in `extra`), the sequence of graphs the process
+    compiles through the cache (`graphs`), device, rank, conv path and ISA cap."""
     import mindspore as ms
 
     parts = {
@@ -91,6 +120,7 @@ def key(cfg, *, purpose: str, target: str, rank: int, world: int, conv: str, isa
         "source": source_digest(),
         "config": graph_config(cfg),
         "purpose": purpose,
+        "graphs": graphs,
         "extra": extra or {},
         "target": target,
         "rank": [rank, world],
@@ -139,31 +169,69 @@ def _entry_script():
     return None
 
 
-def prepare(
-    cfg, *, purpose: str, target: str, rank: int = 0, world: int = 1, conv: str = "", isa: str = "", extra=None
-):
-    """Point MindSpore's compile cache at this key's directory before the first graph compiles; the record
-    finish() completes ({"state": "off"|"filling"|"reusing", "dir", "key", ...})."""
-    first = not _first_in_process
-    _first_in_process.setdefault("purpose", purpose)
+def _filling_name() -> str:
+    # The host too: compile_cache.dir may be a disk the nodes of a cluster share, where pids are per node.
+    return f".filling-{socket.gethostname()}-{os.getpid()}"
+
+
+def _sweep_abandoned(where: Path) -> None:
+    """Remove what killed processes of this host left half-filled under `where` (never published)."""
+    prefix = f".filling-{socket.gethostname()}-"
+    for d in where.glob(prefix + "*"):
+        pid = d.name[len(prefix) :]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass  # alive, another user's
+
+
+def _refusal(cfg, graphs: list) -> Optional[str]:
+    """Why this process cannot use the cache, or None (the silent cases say '' and are not logged)."""
     if not cfg.compile_cache.enabled:
-        return _off("compile_cache.enabled=false", quiet=True)
+        return ""
     if cfg.mode.name == "pynative":
-        return _off("mode=pynative compiles no graph", quiet=True)
-    if not first:
-        return _off(
-            "an earlier run in this Python process compiled graphs, and MindSpore numbers the cached graphs per "
-            "process (run it in its own process to use the cache)"
+        return ""  # nothing compiles
+    if not graphs:
+        return "this process compiles no graph"
+    if _first_in_process:
+        return (
+            "an earlier run in this Python process used it, and MindSpore fixes the cache's directory and numbers "
+            "its graphs once per process (run it in its own process to use the cache)"
         )
     entry = _entry_script()
     if entry is not None:
-        return _off(entry)
+        return entry
     if cfg.padding.name != "fixed":
-        return _off(
+        return (
             f"padding={cfg.padding.name} compiles one graph per input shape in the order the data brings them, "
             "and MindSpore matches cached graphs by order; padding=fixed uses it"
         )
-    k = key(cfg, purpose=purpose, target=target, rank=rank, world=world, conv=conv, isa=isa, extra=extra)
+    return None
+
+
+def prepare(
+    cfg,
+    *,
+    purpose: str,
+    graphs: list,
+    target: str,
+    rank: int = 0,
+    world: int = 1,
+    conv: str = "",
+    isa: str = "",
+    extra=None,
+):
+    """Point MindSpore's compile cache at this key's directory just before the first of `graphs` compiles
+    (nothing compiled earlier in the process goes through it); the record finish() completes
+    ({"state": "off"|"filling"|"reusing", "dir", "key", ...})."""
+    why = _refusal(cfg, graphs)
+    if why is not None:
+        return _off(why or "compile_cache.enabled=false or mode=pynative", quiet=not why)
+    k = key(cfg, purpose=purpose, graphs=graphs, target=target, rank=rank, world=world, conv=conv, isa=isa, extra=extra)
     where = root(cfg) / k
     try:
         where.mkdir(parents=True, exist_ok=True)
@@ -173,52 +241,83 @@ def prepare(
     except OSError as e:
         log.warning("compile cache off: cannot write %s (%s); compiling without it.", where, e.strerror or e)
         return _off(f"cannot write {where}", quiet=True)
-    graphs = where / "graphs"
-    before = _graphs(graphs)
-    # A run that fills the cache writes into a directory of its own, moved into place once it is done: a
-    # run started meanwhile with the same key never reads a half-written graph.
-    target_dir = graphs if before else where / f".filling-{os.getpid()}"
+    _sweep_abandoned(where)
+    graphs_dir = where / "graphs"
+    before = _graphs(graphs_dir)
+    # A run that fills the cache writes into a directory of its own, moved into place once its whole
+    # sequence compiled: a run started meanwhile with the same key never reads a half-written or partial one.
+    target_dir = graphs_dir if before else where / _filling_name()
+    _first_in_process["purpose"] = purpose
     os.environ[ENABLE_VAR] = "1"
     os.environ[PATH_VAR] = str(target_dir)
     return {
         "state": "reusing" if before else "filling",
-        "dir": str(graphs),
+        "dir": str(graphs_dir),
         "into": str(target_dir),
         "key": k,
         "before": before,
+        "sequence": [g.get("graph") for g in graphs],
     }
 
 
-def finish(record: dict, compile_seconds: Optional[float], device_target: str) -> dict:
-    """What the cache did, for metrics.json: state hit | miss | off, with the compile time with and without it.
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Compiles in this block bypass the cache (MindSpore reads MS_COMPILER_CACHE_ENABLE at every compile and
+    numbers only the cached ones): graphs outside the keyed sequence, such as the NaN diagnosis's."""
+    was = os.environ.pop(ENABLE_VAR, None)
+    try:
+        yield
+    finally:
+        if was is not None:
+            os.environ[ENABLE_VAR] = was
 
-    A hit: the graphs were there and MindSpore loaded them (left them unchanged). A miss: none were
-    there (they are saved now), or MindSpore found them stale and compiled anew (it rewrites them)."""
-    if record["state"] == "off":
-        return {"state": "off", "reason": record["reason"]}
-    where = Path(record["dir"])
-    if record["state"] == "filling":
-        filled = Path(record["into"])
+
+def _publish(record: dict, complete: bool) -> bool:
+    """Move a filled directory into place when its whole sequence compiled (`complete`, returned); else drop it."""
+    filled, where = Path(record["into"]), Path(record["dir"])
+    if complete and _graphs(filled):
         try:
             os.rename(filled, where)  # fails when another run filled it first: keep theirs
         except OSError:
-            import shutil
+            pass
+    shutil.rmtree(filled, ignore_errors=True)
+    return complete
 
-            shutil.rmtree(filled, ignore_errors=True)
+
+def finish(record: dict, compile_seconds: Optional[float], device_target: str, complete: bool = True) -> dict:
+    """What the cache did, for metrics.json: state hit | miss | off, with the compile time with and without it.
+    Later compiles of this process no longer go through the cache.
+
+    A hit: the graphs were there and MindSpore loaded them (left them unchanged). A miss: none were
+    there (they are saved now, when `complete`: the process compiled its whole sequence), or MindSpore found
+    them stale and compiled anew (it rewrites them)."""
+    for var in (ENABLE_VAR, PATH_VAR):
+        os.environ.pop(var, None)
+    if record["state"] == "off":
+        return {"state": "off", "reason": record["reason"]}
+    where = Path(record["dir"])
+    saved = _publish(record, complete) if record["state"] == "filling" else True
     after = _graphs(where)
-    saved = _read_record(where.parent)
     hit = bool(record["before"]) and all(after.get(p) == v for p, v in record["before"].items())
-    out = {"state": "hit" if hit else "miss", "dir": record["dir"], "key": record["key"], "graphs": len(after)}
+    out = {
+        "state": "hit" if hit else "miss",
+        "dir": record["dir"],
+        "key": record["key"],
+        "graphs": len(after),
+        "sequence": record.get("sequence", []),
+    }
+    if not saved:
+        out["saved"] = False  # the run stopped before its sequence compiled: nothing was kept
     if record["before"] and not hit:
         out["unusable"] = True  # MindSpore could not use them (stale or unreadable) and compiled anew
-    if compile_seconds is None:  # evaluate, predict, export: no step timing
+    if compile_seconds is None:  # evaluate, predict, export, a resume that only reports: no step timing
         return out
     if hit:
-        out["compile_seconds_without_cache"] = saved.get("compile_seconds")
+        out["compile_seconds_without_cache"] = _read_record(where.parent).get("compile_seconds")
         out["compile_seconds_with_cache"] = compile_seconds
     else:
         out["compile_seconds_without_cache"] = compile_seconds
-        if after:
+        if after and saved:
             _write_record(where.parent, {"compile_seconds": compile_seconds, "device_target": device_target})
     return out
 
@@ -251,6 +350,10 @@ def line(state: dict) -> Optional[str]:
             f"compile cache miss ({state['dir']}): MindSpore could not use the graphs there (unreadable or stale) "
             "and compiled anew; they are replaced."
         )
+    if state.get("state") == "miss" and not state.get("graphs") and state.get("saved") is not False:
+        return f"compile cache miss ({state['dir']}): no graph was compiled through it."
+    if state.get("state") == "miss" and state.get("saved") is False:
+        return f"compile cache miss ({state['dir']}): the run ended before all its graphs compiled; none are kept."
     if state.get("state") == "miss":
         return f"compile cache miss ({state['dir']}): the graphs compiled now are saved there for the next run."
     return None

@@ -26,11 +26,12 @@ log = logging.getLogger("runner")
 # Calibrated on the runner's own runs (2-core AMD EPYC, AVX2; MindSpore 2.10, graph mode, fp32; numbers in
 # tests/test_plan.py's docstring). Time: the share of the matmul peak the ResNets' training steps reach
 # (ResNet-18 at 64 px: 45 img/s = 40 GFLOP/s of a 67-72 GFLOP/s sgemm), and a host cost per step call and
-# layer (data, callbacks, kernel launches). Memory beyond what the built network holds: the graph's own
-# (RUNTIME_MB, and RUNTIME_PER_WEIGHT times the weights: the compiled graph's copies of parameters in the
-# kernels' layouts), and the share of all layers' outputs the backward pass keeps alive at once (ReLU and
-# BatchNorm outputs are freed or computed in place). Fitted to resnet8 at 8 px, resnet18 and resnet50 at
-# 64 px: measured peaks 581, 977 and 1693 MB.
+# layer (data, callbacks, kernel launches): learned from this machine's recorded runs (host_ms_per_layer),
+# STEP_OVERHEAD_MS_PER_LAYER (that machine's, under a load of ~20) until one is recorded. Memory beyond what the
+# built network holds: the graph's own (RUNTIME_MB, and RUNTIME_PER_WEIGHT times the weights: the compiled
+# graph's copies of parameters in the kernels' layouts), and the share of all layers' outputs the backward pass
+# keeps alive at once (ReLU and BatchNorm outputs are freed or computed in place). Fitted to resnet8 at 8 px,
+# resnet18 and resnet50 at 64 px: measured peaks 581, 977 and 1693 MB.
 UTILIZATION = {"onednn": 0.55, "native": 0.30, "gemm": 0.30}
 STEP_OVERHEAD_MS_PER_LAYER = 1.0
 ACTIVATION_FACTOR = 0.6
@@ -183,7 +184,8 @@ def make_plan(cfg) -> RunPlan:
 
 def _step_ms(cfg, conv_path: str, target: str, flops_step: float, layers: int, machine_peak) -> tuple:
     """(estimated ms a step, where the estimate comes from)."""
-    record = speed_records().get(speed_key(cfg, conv_path))
+    records = speed_records()
+    record = records.get(speed_key(cfg, conv_path))
     if isinstance(record, dict) and isinstance(record.get("step_ms"), (int, float)):
         return float(record["step_ms"]), f"this machine's run of this configuration, {record.get('when', '')}"
     if target != "CPU":
@@ -191,9 +193,33 @@ def _step_ms(cfg, conv_path: str, target: str, flops_step: float, layers: int, m
     peak = machine_peak()
     if not peak.get("gflops_per_s"):
         return None, "this machine's matmul peak could not be measured"
-    rate = peak["gflops_per_s"] * 1e9 * UTILIZATION.get(conv_path, UTILIZATION["native"])
-    ms = flops_step / rate * 1000 + STEP_OVERHEAD_MS_PER_LAYER * layers
-    return ms, f"{UTILIZATION.get(conv_path, UTILIZATION['native']):.0%} of the {peak['gflops_per_s']:.0f} GFLOP/s peak"
+    util = UTILIZATION.get(conv_path, UTILIZATION["native"])
+    per_layer, learned = host_ms_per_layer(records, peak["gflops_per_s"])
+    ms = flops_step / (peak["gflops_per_s"] * 1e9 * util) * 1000 + per_layer * layers
+    return ms, f"{util:.0%} of the {peak['gflops_per_s']:.0f} GFLOP/s peak, {per_layer:.2f} ms a layer ({learned})"
+
+
+def host_ms_per_layer(records: dict, peak_gflops: float) -> tuple:
+    """(this machine's host cost per layer and step in ms, where it comes from): what its recorded runs of other
+    configurations took beyond their FLOPs at the peak's utilization, per layer, from the run that measures it
+    best (the one whose FLOPs explain least of its step); else STEP_OVERHEAD_MS_PER_LAYER, a reference machine's.
+    The cost is the host's (kernel launches, data, callbacks): it moves with the CPU and its load, which the
+    matmul peak does not show."""
+    from runner.report.flops import machine_key
+
+    here = machine_key(None) + " | "
+    best = None
+    for k, r in records.items():
+        if not (k.startswith(here) and isinstance(r, dict) and r.get("layers") and r.get("flops_per_step")):
+            continue
+        util = UTILIZATION.get(str(r.get("conv")), UTILIZATION["native"])
+        compute = r["flops_per_step"] / (peak_gflops * 1e9 * util) * 1000
+        share = compute / r["step_ms"]
+        if r["step_ms"] > compute and (best is None or share < best[0]):
+            best = (share, (r["step_ms"] - compute) / r["layers"], k.split(" | ", 3)[-1])
+    if best is None:
+        return STEP_OVERHEAD_MS_PER_LAYER, "a reference machine's: no run on this one recorded its layers yet"
+    return best[1], f"measured by this machine's run of {best[2]}"
 
 
 def memory_limit_mb() -> Optional[float]:

@@ -66,7 +66,6 @@ class Env:
     batch: int  # this rank's share of batch_size
     conv: dict  # model.conv as run: asked, path, reason, cost (environment.choose_conv)
     jit_level: str = "auto"  # mode.jit_level as run ("auto" in pynative, which compiles nothing)
-    cache: Optional[dict] = None  # compile_cache.prepare's record
     threads: Optional[int] = None  # CPU threads of this rank when ranks share the host (distributed.rank_threads)
 
 
@@ -148,16 +147,6 @@ def environment(cfg, run_dir: str) -> Env:
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
     batch = distributed.local_batch(cfg.batch_size, world)
-    cache = compile_cache.prepare(
-        cfg,
-        purpose="train",
-        target=target,
-        rank=rank,
-        world=world,
-        conv=conv["path"],
-        isa=str(isa.get("value")),
-        extra={"batch": batch},
-    )
     threads = distributed.rank_threads(cfg.distributed) if distributed.in_msrun() else None
     if threads and target == "CPU":  # before the network is built: onednn's pool reads it when it starts
         import mindspore as ms
@@ -169,9 +158,7 @@ def environment(cfg, run_dir: str) -> Env:
             lock.acquire(run_dir)
     if rank == 0:  # at the start, so a killed run can be resumed from its own config
         write_config(run_dir, cfg)
-    return Env(
-        run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), cache, threads
-    )
+    return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), threads)
 
 
 class Recipe:
@@ -197,6 +184,7 @@ class Recipe:
     checkpointer: "Checkpointer"
     shapes: "InputShapes"
     profiler: Optional["ProfileWindow"]  # with profile.steps, else None
+    cache: Optional[dict] = None  # compile_cache.prepare's record until finish() took it
 
     def __init__(self, cfg, env: Env):
         self.cfg = cfg
@@ -208,9 +196,33 @@ class Recipe:
         self.build_training()
         self.resume()
         self.build_callbacks()
+        self.prepare_cache()
+
+    def prepare_cache(self) -> None:
+        """The compile cache for the graphs this process compiles (after set-up, which compiles none through it):
+        the train step unless a resume only reports, then the evaluation's."""
+        env = self.env
+        trains = self.state.start_step < self.plan.total_steps
+        graphs = compile_cache.training_graphs(self.data, env.batch, self.plan.total_steps, trains, self.cfg.eval)
+        self.cache = compile_cache.prepare(
+            self.cfg,
+            purpose="train",
+            graphs=graphs,
+            target=env.target,
+            rank=env.rank,
+            world=env.world,
+            conv=env.conv["path"],
+            isa=str(env.isa.get("value")),
+        )
+
+    def finish_cache(self, compile_seconds: Optional[float], complete: bool) -> dict:
+        """compile_cache.finish once (report, or cleanup after an interruption: complete=False keeps nothing)."""
+        record, self.cache = self.cache, None
+        return compile_cache.finish(record, compile_seconds, self.env.target, complete) if record else {}
 
     def cleanup(self) -> None:
-        """Give back the signal handlers the checkpointer took."""
+        """Give back the signal handlers the checkpointer took; drop a compile-cache fill the run did not finish."""
+        self.finish_cache(None, complete=False)
         self.checkpointer.release()
 
     def build_network(self) -> None:
@@ -429,9 +441,10 @@ class Recipe:
         from runner.training.validation import final_validation
 
         used, checks, step_cell = self.trainer.used, self.step_checks, self.trainer.step_cell
-        record, failure = postmortem(
-            checks.guard, self.make_net, self.env.run_dir, used.amp_level_used, used.keep_fp32, checks.max_islands
-        )
+        with compile_cache.suspended():  # the diagnosis's graphs are outside the cached sequence
+            record, failure = postmortem(
+                checks.guard, self.make_net, self.env.run_dir, used.amp_level_used, used.keep_fp32, checks.max_islands
+            )
         ema = not failure and getattr(step_cell, "ema_decay", 0) > 0
         if ema:
             step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
@@ -553,8 +566,8 @@ class Recipe:
         the logger's record and the final line."""
         cfg, env = self.cfg, self.env
         m = self.collect(o)
-        if env.cache is not None:
-            m.compiles.compile_cache = compile_cache.finish(env.cache, m.timing.compile_seconds, env.target)
+        if self.cache is not None:
+            m.compiles.compile_cache = self.finish_cache(m.timing.compile_seconds, complete=not o.failure)
             said = compile_cache.line(m.compiles.compile_cache)
             if said:
                 log.info(said)
@@ -585,9 +598,9 @@ class Recipe:
             outputs.publish(m, self.logger, advise=not o.failure)  # no advice on how to speed up a failed run
             if not o.failure:
                 write_json(RunDir(env.run_dir).complete, {"steps": m.timing.steps, "epochs": cfg.epochs})
-                record_speed(
-                    cfg, env.conv["path"], m.timing.step_time_median_ms, m.timing.compile_seconds
-                )  # for plan=true
+                record_speed(  # for plan=true
+                    cfg, env.conv["path"], m.timing.step_time_median_ms, m.timing.compile_seconds, m.resources.flops
+                )
         except OSError as e:
             raise UserError(
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
