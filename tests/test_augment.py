@@ -40,6 +40,9 @@ def test_every_option_trains_with_one_compile(tmp_path):
         m = metrics(job)
         seen[m["augment"]["name"]] = m["augment"]["image_ops"]
         assert m["compile_count"] == 1 and m["distinct_input_shapes"] == 1
+        # One process for all jobs: the compile cache is off for each (a job after one that loaded cached graphs
+        # compiled its train step twice: runner/training/compile_cache.py _jobs_share_this_process).
+        assert m["compile_cache"]["state"] == "off" and "hydra/launcher=basic" in m["compile_cache"]["reason"]
         assert math.isfinite(m["final_loss"]) and m["final_loss"] < m["loss_curve"][0]
         assert m["augment"]["hflip"] is False  # digits are declared not mirrorable
         # Evaluation reads hard labels: top-5 (10 classes) and per-class accuracy agree with accuracy.

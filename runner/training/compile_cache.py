@@ -189,6 +189,17 @@ def _sweep_abandoned(where: Path) -> None:
             pass  # alive, another user's
 
 
+def _jobs_share_this_process() -> bool:
+    """A multirun whose jobs run one after another in this process (Hydra's basic launcher)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra = HydraConfig.get()
+    except (ImportError, ValueError):  # no Hydra job: the Python API
+        return False
+    return str(hydra.mode) == "RunMode.MULTIRUN" and "BasicLauncher" in str(hydra.launcher.get("_target_", ""))
+
+
 def _refusal(cfg, graphs: list) -> Optional[str]:
     """Why this process cannot use the cache, or None (the silent cases say '' and are not logged)."""
     if not cfg.compile_cache.enabled:
@@ -197,6 +208,12 @@ def _refusal(cfg, graphs: list) -> Optional[str]:
         return ""  # nothing compiles
     if not graphs:
         return "this process compiles no graph"
+    if _jobs_share_this_process():
+        return (
+            "hydra/launcher=basic runs every job in this one process, and after MindSpore loaded graphs from its "
+            "cache the next job's train step compiles twice (seen: compile_count 2); the default launcher "
+            "(isolated) runs each job in its own process, with the cache"
+        )
     if _first_in_process:
         return (
             "an earlier run in this Python process used it, and MindSpore fixes the cache's directory and numbers "
