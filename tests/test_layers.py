@@ -235,11 +235,6 @@ def test_only_the_entry_point_exits():
 
 
 MAX_FUNCTION_LINES = 60  # CONTRIBUTING: a longer function is split into named steps a reader can follow
-# TEMPORARY: functions being split on other branches this round; the coordinator empties this list. A name
-# here that is no longer too long fails the test too, so the list cannot outlive its reason.
-LONG_FOR_NOW = {
-    "runner/training/plan.py: make_plan",
-}
 
 
 def long_functions(path: Path, root: Path = REPO, limit: int = MAX_FUNCTION_LINES):
@@ -263,12 +258,10 @@ def long_functions(path: Path, root: Path = REPO, limit: int = MAX_FUNCTION_LINE
 
 def test_no_function_in_runner_is_over_60_lines():
     found = {name: lines for path in sorted((REPO / "runner").rglob("*.py")) for name, lines in long_functions(path)}
-    too_long = [f"{name} ({lines} lines)" for name, lines in found.items() if name not in LONG_FOR_NOW]
+    too_long = [f"{name} ({lines} lines)" for name, lines in found.items()]
     assert not too_long, f"functions over {MAX_FUNCTION_LINES} lines; split each into named steps:\n" + "\n".join(
         too_long
     )
-    fixed = sorted(LONG_FOR_NOW - set(found))
-    assert not fixed, f"no longer over {MAX_FUNCTION_LINES} lines: remove them from LONG_FOR_NOW: {fixed}"
 
 
 def test_the_length_check_counts_methods_and_nested_functions(tmp_path):

@@ -112,30 +112,11 @@ def _duration(seconds: Optional[float]) -> str:
 
 def make_plan(cfg) -> RunPlan:
     """Build the run's data, network and optimizer (no run directory, no compile) and estimate the run."""
-    from runner.datasets import build_data
-    from runner.models import build_model
     from runner.report.flops import TRAIN_FLOPS_PER_FORWARD, forward_flops_per_sample, machine_peak
     from runner.report.outputs import current_rss_mb
-    from runner.training.environment import cap_cpu_isa, choose_conv, setup
-    from runner.training.optim import build_optimizer
-    from runner.training.recipe import plan_steps
 
-    conv = choose_conv(cfg)
-    cap_cpu_isa(cfg.device, conv["path"])
-    target = setup(cfg.device, cfg.mode, cfg.seed)
-    data = build_data(
-        cfg.data, cfg.padding, cfg.batch_size, cfg.seed, augment=cfg.augment, label_depth=cfg.model.num_classes
-    )
-    net = build_model(cfg.model, data.num_classes, data.channels, min(data.height, data.width), conv=conv["path"])
-    steps = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and target != "CPU")
-    optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, steps.total_steps)
-    weights = {id(p) for p in net.get_parameters()}
-    parameters = sum(int(p.size) for p in net.get_parameters())
-    trainable = sum(int(p.size) for p in net.trainable_params())
-    # Everything the optimizer holds that is not a weight: moments, the step, the learning rate.
-    state = sum(int(p.size) for p in optimizer.get_parameters() if id(p) not in weights)
-    if cfg.ema.decay:
-        state += trainable  # the averaged copy (runner/amp/train_step.py)
+    conv, target, data, net, steps, optimizer = _build(cfg)
+    parameters, trainable, state = _value_counts(net, optimizer, ema=bool(cfg.ema.decay))
     fwd = forward_flops_per_sample(net, data.channels, data.height, data.width)
     act_bytes = 2 if str(cfg.amp.level).upper() in ("O2", "O3") else 4
     per_sample_mb = fwd["activations"] * act_bytes * ACTIVATION_FACTOR / 2**20
@@ -180,6 +161,38 @@ def make_plan(cfg) -> RunPlan:
         run_seconds=step_ms * steps.total_steps / 1000 if step_ms is not None else None,
         speed_source=source,
     )
+
+
+def _build(cfg) -> tuple:
+    """(conv choice, device target, data, network, step plan, optimizer), as a run would build them."""
+    from runner.datasets import build_data
+    from runner.models import build_model
+    from runner.training.environment import cap_cpu_isa, choose_conv, setup
+    from runner.training.optim import build_optimizer
+    from runner.training.recipe import plan_steps
+
+    conv = choose_conv(cfg)
+    cap_cpu_isa(cfg.device, conv["path"])
+    target = setup(cfg.device, cfg.mode, cfg.seed)
+    data = build_data(
+        cfg.data, cfg.padding, cfg.batch_size, cfg.seed, augment=cfg.augment, label_depth=cfg.model.num_classes
+    )
+    net = build_model(cfg.model, data.num_classes, data.channels, min(data.height, data.width), conv=conv["path"])
+    steps = plan_steps(cfg.epochs, cfg.sink, data.steps_per_epoch, cfg.sink.enabled and target != "CPU")
+    optimizer = build_optimizer(cfg.optim, net.trainable_params(), data.steps_per_epoch, steps.total_steps)
+    return conv, target, data, net, steps, optimizer
+
+
+def _value_counts(net, optimizer, ema: bool) -> tuple:
+    """(parameters, trainable parameters, optimizer state values): what the run holds besides activations."""
+    weights = {id(p) for p in net.get_parameters()}
+    parameters = sum(int(p.size) for p in net.get_parameters())
+    trainable = sum(int(p.size) for p in net.trainable_params())
+    # Everything the optimizer holds that is not a weight: moments, the step, the learning rate.
+    state = sum(int(p.size) for p in optimizer.get_parameters() if id(p) not in weights)
+    if ema:
+        state += trainable  # the averaged copy (runner/amp/train_step.py)
+    return parameters, trainable, state
 
 
 def _step_ms(cfg, conv_path: str, target: str, flops_step: float, layers: int, machine_peak) -> tuple:
