@@ -56,6 +56,9 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
             counts["activations"] += int(np.prod(out.shape))
         counts["layers"] += 1
 
+    from runner.models.blocked import body_layout, plain_bodies
+
+    layout = body_layout(net)
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
     handles = []
@@ -69,7 +72,8 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
             handles.append(cell.register_forward_hook(leaf_hook))
     try:
         net.set_train(False)  # BatchNorm must not update its statistics from this probe
-        net(Tensor(np.zeros((1, channels, height, width), np.float32)))
+        with plain_bodies(net):  # the hooks must see each cell called (a blocked body calls none)
+            net(Tensor(np.zeros((1, channels, height, width), np.float32)))
     finally:
         for h in handles:
             h.remove()
@@ -80,6 +84,7 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
         "dense": counts["dense"],
         "total": counts["conv"] + counts["dense"],
         "conv_paths": dict(sorted(paths.items())),
+        "body_layout": layout,
         "activations": counts["activations"],  # output values of every layer, one sample
         "layers": counts["layers"],
     }
@@ -232,6 +237,9 @@ def measure(net, data, throughput: Optional[float], target: str, threads: Option
         "forward_dense_per_sample": fwd["dense"],
         # Which convolution algorithm ran (model.conv, models/conv.py): layers and forward FLOPs per path.
         "conv_paths": fwd["conv_paths"],
+        # The format the network body kept between layers (models/blocked.py): nChw16c (AVX-512) or nChw8c
+        # (AVX2) when it ran on oneDNN's blocked memory, nchw when every layer read and wrote plain NCHW.
+        "body_layout": fwd["body_layout"],
         "train_per_sample": train_per_sample,
         "achieved_gflops_per_s": achieved,
         "matmul_peak_gflops_per_s": None,
