@@ -49,32 +49,34 @@ def blocks(channels: int, b: int) -> int:
     return -(-channels // b)
 
 
-def _same(x):
-    return x
-
-
 def converters(channels: int, b: int):
-    """(to_blocked, from_blocked) operators for `channels`-channel tensors, each the other's backward."""
+    """(to_blocked, from_blocked, like): operators between plain and blocked `channels`-channel tensors,
+    each the other's backward, called as op(x, like). `like` (zeros, shape (channels,)) carries the
+    channel count in its shape: a bprop is parsed once for all the closures of one function, so it must
+    not read the count from a closure."""
     so = onednn.library()
 
-    def plain(x):
-        return [x[0], channels, x[2], x[3]]
+    def plain(x, like):
+        return [x[0], like[0], x[2], x[3]]
 
-    def blocked(x):
-        return [x[0], blocks(channels, b), x[2], x[3], b]
+    def blocked(x, like):
+        return [x[0], blocks(like[0], b), x[2], x[3], b]
 
-    back_to = ops.Custom(f"{so}:ToBlocked", out_shape=blocked, out_dtype=_same, func_type="aot")
-    back_from = ops.Custom(f"{so}:FromBlocked", out_shape=plain, out_dtype=_same, func_type="aot")
+    def same(x, like):
+        return x
 
-    def to_bprop(x, out, dout):
-        return (back_from(dout),)
+    back_to = ops.Custom(f"{so}:ToBlocked", out_shape=blocked, out_dtype=same, func_type="aot")
+    back_from = ops.Custom(f"{so}:FromBlocked", out_shape=plain, out_dtype=same, func_type="aot")
 
-    def from_bprop(x, out, dout):
-        return (back_to(dout),)
+    def to_bprop(x, like, out, dout):
+        return back_from(dout, like), ops.zeros_like(like)
 
-    to = ops.Custom(f"{so}:ToBlocked", out_shape=blocked, out_dtype=_same, func_type="aot", bprop=to_bprop)
-    frm = ops.Custom(f"{so}:FromBlocked", out_shape=plain, out_dtype=_same, func_type="aot", bprop=from_bprop)
-    return to, frm
+    def from_bprop(x, like, out, dout):
+        return back_to(dout, like), ops.zeros_like(like)
+
+    to = ops.Custom(f"{so}:ToBlocked", out_shape=blocked, out_dtype=same, func_type="aot", bprop=to_bprop)
+    frm = ops.Custom(f"{so}:FromBlocked", out_shape=plain, out_dtype=same, func_type="aot", bprop=from_bprop)
+    return to, frm, Tensor(np.zeros(channels, np.float32))
 
 
 def conv_op(kernel_size: int, stride: int, padding: int, b: int):

@@ -111,7 +111,7 @@ class PathConv2d(nn.Conv2d):
         """This convolution on a blocked body's tensor (models/blocked.py; `attach_blocked` made the operators):
         oneDNN on the blocked memory, or (a gemm or dense layer) the cell's own path between reorders."""
         if self.bk_via_plain:
-            return self.bk_to(self.construct(self.bk_from(x)))
+            return self.bk_to(self.construct(self.bk_from(x, self.bk_cin)), self.bk_cout)
         return self.bk_conv(x, self.weight, self.bk_geometry)
 
     def attach_blocked(self, b: int, via_plain: bool) -> None:
@@ -120,8 +120,8 @@ class PathConv2d(nn.Conv2d):
 
         self.bk_via_plain = via_plain
         if via_plain:
-            self.bk_from = blocked.converters(self.in_channels, b)[1]
-            self.bk_to = blocked.converters(self.out_channels, b)[0]
+            _, self.bk_from, self.bk_cin = blocked.converters(self.in_channels, b)
+            self.bk_to, _, self.bk_cout = blocked.converters(self.out_channels, b)
         else:
             self.bk_conv, self.bk_geometry = blocked.conv_op(self.k, self.s, self.p, b)
 

@@ -185,7 +185,7 @@ class ResNet(nn.Cell):
         if self.layer4 is not None:
             for block in self.layer4.cell_list:
                 x = block.blocked(x)
-        return self.bk_from(x)
+        return self.bk_from(x, self.bk_channels)
 
     def attach_blocked(self, stem_pool: str) -> str:
         """Make the blocked body's operators (models/blocked.py) and switch it on; "" when done, else why not."""
@@ -212,7 +212,7 @@ class ResNet(nn.Cell):
                 cell.bk_add_relu = blocked.add_relu_op()
         if self.large_stem:
             self.bk_pool, self.bk_pool_params = blocked.max_pool_op(3, 2, b)
-        self.bk_from = blocked.converters(self.head.in_channels, b)[1]
+        _, self.bk_from, self.bk_channels = blocked.converters(self.head.in_channels, b)
         self._blocked = True
         self.body_layout = f"nChw{b}c"
         return ""

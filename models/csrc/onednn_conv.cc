@@ -800,19 +800,19 @@ int BlockSize() {
   }
 }
 
-// Plain (N, C, H, W) -> blocked (N, C/b, H, W, b), float32.
+// Plain (N, C, H, W), like (C) (only its shape counts) -> blocked (N, C/b, H, W, b), float32.
 int ToBlocked(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
-  return guarded("ToBlocked", 2, nparam, [&] {
-    if (ndims[0] != 4 || ndims[1] != 5) throw Failure{"takes (N, C, H, W) to (N, C/b, H, W, b)"};
-    convert(true, shapes[0], shapes[1], params[0], params[1]);
+  return guarded("ToBlocked", 3, nparam, [&] {
+    if (ndims[0] != 4 || ndims[2] != 5) throw Failure{"takes (N, C, H, W) to (N, C/b, H, W, b)"};
+    convert(true, shapes[0], shapes[2], params[0], params[2]);
   });
 }
 
-// Blocked (N, C/b, H, W, b) -> plain (N, C, H, W), float32; C is the output's.
+// Blocked (N, C/b, H, W, b), like (C) -> plain (N, C, H, W), float32.
 int FromBlocked(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
-  return guarded("FromBlocked", 2, nparam, [&] {
-    if (ndims[0] != 5 || ndims[1] != 4) throw Failure{"takes (N, C/b, H, W, b) to (N, C, H, W)"};
-    convert(false, shapes[1], shapes[0], params[0], params[1]);
+  return guarded("FromBlocked", 3, nparam, [&] {
+    if (ndims[0] != 5 || ndims[2] != 4) throw Failure{"takes (N, C/b, H, W, b) to (N, C, H, W)"};
+    convert(false, shapes[2], shapes[0], params[0], params[2]);
   });
 }
 
