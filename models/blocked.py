@@ -112,9 +112,11 @@ def bn_ops(relu: bool, eps: float, b: int):
     lib = _lib(so)
     eps_bits = int(np.array(eps, np.float64).view(np.int64))
 
-    def workspace(x, gamma, glob):
+    def workspace(x, gamma, cfg, glob):
         n, _, h, w, _ = x
-        got = lib.BnWorkspaceBytes(n, gamma[0], h, w, b, int(relu), eps_bits, glob)
+        # ReLU or not from the configuration's length, not from this closure: PyNative caches an operator's
+        # output shapes by its name and input shapes, and both variants share the name.
+        got = lib.BnWorkspaceBytes(n, gamma[0], h, w, b, int(cfg[0] == 4), eps_bits, glob)
         if got < 0:
             raise ModelError(f"model.conv: oneDNN has no batch normalization for blocked input {tuple(x)}")
         return [max(got, 1)]
@@ -136,19 +138,20 @@ def bn_ops(relu: bool, eps: float, b: int):
 
     batch = ops.Custom(
         f"{so}:BnTrainForward",
-        out_shape=lambda x, g, bt, cfg: (x, g, g, workspace(x, g, 0)),
+        out_shape=lambda x, g, bt, cfg: (x, g, g, workspace(x, g, cfg, 0)),
         out_dtype=lambda x, g, bt, cfg: (x, g, g, mstype.uint8),
         func_type="aot",
         bprop=batch_bprop,
     )
     glob = ops.Custom(
         f"{so}:BnGlobalForward",
-        out_shape=lambda x, g, bt, m, v, cfg: (x, workspace(x, g, 1)),
+        out_shape=lambda x, g, bt, m, v, cfg: (x, workspace(x, g, cfg, 1)),
         out_dtype=lambda x, g, bt, m, v, cfg: (x, mstype.uint8),
         func_type="aot",
         bprop=global_bprop,
     )
-    cfg = [Tensor(np.array([int(relu), eps_bits, g], np.int64)) for g in (0, 1)]
+    # (relu, epsilon's bits, global statistics), and a fourth value (unread) where the ReLU is fused.
+    cfg = [Tensor(np.array([int(relu), eps_bits, g] + [1] * relu, np.int64)) for g in (0, 1)]
     return batch, glob, cfg[0], cfg[1]
 
 
