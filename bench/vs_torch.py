@@ -15,6 +15,7 @@ frameworks fairly: under load PyTorch's OpenMP threads degrade more than MindSpo
 
     python bench/vs_torch.py --reps 5 --torch-python .venv-bench/bin/python
     python bench/vs_torch.py --reps 5 --models resnet18@64 --conv best,native --torch-python ...
+    python bench/vs_torch.py --reps 3 --models resnet18@64 --conv best,best-plain  # blocked body or not
     python bench/vs_torch.py --zoo resnet18,mobilenet_v3_small_100 --models none
     python bench/vs_torch.py --layers-only
 
@@ -75,6 +76,11 @@ def torch_setup(threads: int):
 
 
 def ms_train(conv: str, steps: int, threads: int, jit_level: str = "", depth: int = 18, size: int = SIZE) -> dict:
+    if conv.endswith("-plain"):  # e.g. best-plain: the body plain NCHW between layers, as before blocked bodies
+        from runner.models.blocked import OFF_VAR
+
+        os.environ[OFF_VAR] = "1"
+        conv = conv.removesuffix("-plain")
     ms = ms_setup(threads, conv)
     if jit_level:  # graph compile level: O0 (kernel by kernel) or O1 (with fusion); default: MindSpore's choice
         ms.set_context(jit_config={"jit_level": jit_level})
@@ -107,6 +113,9 @@ def _ms_steps(ms, net, steps: int, size: int, build_s: float) -> dict:
         if isinstance(cell, nn.Conv2d):
             path = getattr(cell, "path", "native")
             paths[path] = paths.get(path, 0) + 1
+    from runner.models.blocked import body_layout
+
+    paths["body " + body_layout(net)] = 1  # the layout kept between layers (models/blocked.py)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
     step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)

@@ -107,6 +107,24 @@ class PathConv2d(nn.Conv2d):
             return self.onednn(x, self.weight, self.onednn_geometry)
         return self.conv2d(x, self.weight)
 
+    def blocked(self, x):
+        """This convolution on a blocked body's tensor (models/blocked.py; `attach_blocked` made the operators):
+        oneDNN on the blocked memory, or (a gemm or dense layer) the cell's own path between reorders."""
+        if self.bk_via_plain:
+            return self.bk_to(self.construct(self.bk_from(x, self.bk_cin)), self.bk_cout)
+        return self.bk_conv(x, self.weight, self.bk_geometry)
+
+    def attach_blocked(self, b: int, via_plain: bool) -> None:
+        """Make the operators `blocked` runs for block size b; via_plain: keep this layer's own path."""
+        from runner.models import blocked
+
+        self.bk_via_plain = via_plain
+        if via_plain:
+            _, self.bk_from, self.bk_cin = blocked.converters(self.in_channels, b)
+            self.bk_to, _, self.bk_cout = blocked.converters(self.out_channels, b)
+        else:
+            self.bk_conv, self.bk_geometry = blocked.conv_op(self.k, self.s, self.p, b)
+
     def _gemm(self, x):
         n, c, h, w = x.shape
         if self.select is not None and (h != self.size or w != self.size):

@@ -303,7 +303,22 @@ def _private(directory: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-OPERATORS = ("ConvForward", "ConvBackwardData", "ConvBackwardWeights", "MaxPoolForward", "MaxPoolBackward")
+OPERATORS = (
+    "ConvForward",
+    "ConvBackwardData",
+    "ConvBackwardWeights",
+    "MaxPoolForward",
+    "MaxPoolBackward",
+    # models/blocked.py's
+    "BlockSize",
+    "ToBlocked",
+    "FromBlocked",
+    "BnTrainForward",
+    "BnGlobalForward",
+    "BnBackward",
+    "AddRelu",
+    "ReluBackward",
+)
 
 
 def _digest_file(path: Path) -> Path:

@@ -1,8 +1,16 @@
 """ResNet family as MindSpore cells: CIFAR-style (6n+2 layers) and ImageNet-style (18/34/50)."""
 
+import logging
+import os
+
+import mindspore as ms
+from mindspore import dtype as mstype
 from mindspore import nn, ops
 
+from runner.models.blocked import bn_blocked
 from runner.models.conv import conv, conv_output_size, max_pool
+
+log = logging.getLogger(__name__)
 
 CIFAR_DEPTHS = {8: 1, 20: 3, 56: 9}  # depth -> basic blocks per stage (depth = 6n + 2)
 IMAGENET_DEPTHS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}
@@ -46,6 +54,13 @@ class BasicBlock(nn.Cell):
         out = self.bn2(self.conv2(out))
         return self.relu(out + identity)
 
+    def blocked(self, x):
+        """construct on a blocked body's tensor (models/blocked.py): BatchNorm+ReLU and add+ReLU fused."""
+        identity = x if self.down is None else bn_blocked(self.down[1], self.down[0].blocked(x), False)
+        out = bn_blocked(self.bn1, self.conv1.blocked(x), True)
+        out = bn_blocked(self.bn2, self.conv2.blocked(out), False)
+        return self.bk_add_relu(out, identity)
+
 
 class Bottleneck(nn.Cell):
     """1x1 reduce, 3x3, 1x1 expand (x4), as in ResNet-50."""
@@ -71,6 +86,14 @@ class Bottleneck(nn.Cell):
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
         return self.relu(out + identity)
+
+    def blocked(self, x):
+        """construct on a blocked body's tensor, as BasicBlock.blocked."""
+        identity = x if self.down is None else bn_blocked(self.down[1], self.down[0].blocked(x), False)
+        out = bn_blocked(self.bn1, self.conv1.blocked(x), True)
+        out = bn_blocked(self.bn2, self.conv2.blocked(out), True)
+        out = bn_blocked(self.bn3, self.conv3.blocked(out), False)
+        return self.bk_add_relu(out, identity)
 
 
 def stem_max_pool(padding: str = "same") -> nn.MaxPool2d:
@@ -120,12 +143,84 @@ class ResNet(nn.Cell):
         self.layer4 = stages[3] if len(stages) > 3 else None
         self.mean = ops.ReduceMean(keep_dims=False)
         self.head = nn.Dense(cin, num_classes)
+        self.large_stem = large_stem
+        self.body_layout = "nchw"  # or the blocked body's oneDNN format, e.g. nChw16c (attach_blocked)
+        self._blocked = False
+        if conv_path in ("onednn", "best") and any(
+            getattr(c, "path", "") == "onednn" for _, c in self.cells_and_names()
+        ):
+            why = self.attach_blocked(stem_pool)
+            if why:
+                log.info("model.conv=%s: the network body runs plain NCHW between layers: %s", conv_path, why)
+
+    def plain_body(self) -> None:
+        """Run the body on plain NCHW tensors from now on (AMP levels above O0 cast inside it)."""
+        self._blocked = False
+        self.body_layout = "nchw"
+
+    @property
+    def blocked_body(self) -> bool:
+        """Whether construct runs the body on blocked tensors (models/blocked.py plain_bodies switches it)."""
+        return self._blocked
 
     def construct(self, x):
+        if self._blocked and x.dtype == mstype.float32:
+            return self.head(self.mean(self.body_blocked(x), (2, 3)))
         x = self.layer3(self.layer2(self.layer1(self.stem(x))))
         if self.layer4 is not None:
             x = self.layer4(x)
         return self.head(self.mean(x, (2, 3)))
+
+    def body_blocked(self, x):
+        """Stem to last stage on oneDNN's blocked memory: the image in (the stem convolution reads it
+        plain), plain NCHW out, for the global pool."""
+        x = bn_blocked(self.stem[1], self.stem[0].blocked(x), True)
+        if self.large_stem:
+            x = self.bk_pool(x, self.bk_pool_params)[0]
+        for block in self.layer1.cell_list:
+            x = block.blocked(x)
+        for block in self.layer2.cell_list:
+            x = block.blocked(x)
+        for block in self.layer3.cell_list:
+            x = block.blocked(x)
+        if self.layer4 is not None:
+            for block in self.layer4.cell_list:
+                x = block.blocked(x)
+        return self.bk_from(x, self.bk_channels)
+
+    def attach_blocked(self, stem_pool: str) -> str:
+        """Make the blocked body's operators (models/blocked.py) and switch it on; "" when done, else why not."""
+        from runner.models import blocked
+        from runner.models.conv import PathConv2d
+        from runner.models.errors import ModelError
+
+        if os.environ.get(blocked.OFF_VAR, "") not in ("", "0"):
+            return f"{blocked.OFF_VAR} is set"
+        if ms.get_context("mode") != ms.GRAPH_MODE:
+            # Measured: a tiny ResNet's PyNative step took 2x longer blocked (each operator's bprop runs
+            # from Python); mode=jit builds in PyNative too.
+            return "the blocked operators pay only in graph mode"
+        if self.large_stem and stem_pool != "same":
+            return f"its stem pool pads as {stem_pool}, and the blocked max pool pads as pad_mode='same'"
+        try:
+            b = blocked.block_size()
+        except ModelError as e:
+            return str(e)
+        if not b:
+            return "oneDNN has no fast convolution kernels on a blocked format on this CPU"
+        for _, cell in self.cells_and_names():
+            if isinstance(cell, PathConv2d):
+                cell.attach_blocked(b, via_plain=cell.path != "onednn" and not blocked.ALL_ONEDNN)
+            elif isinstance(cell, nn.BatchNorm2d):
+                blocked.attach_bn(cell, b)
+            elif isinstance(cell, (BasicBlock, Bottleneck)):
+                cell.bk_add_relu = blocked.add_relu_op()
+        if self.large_stem:
+            self.bk_pool, self.bk_pool_params = blocked.max_pool_op(3, 2, b)
+        _, self.bk_from, self.bk_channels = blocked.converters(self.head.in_channels, b)
+        self._blocked = True
+        self.body_layout = f"nChw{b}c"
+        return ""
 
 
 def resnet(

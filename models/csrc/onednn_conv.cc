@@ -216,7 +216,25 @@ struct Geometry {
            std::tie(b.n, b.c, b.h, b.w, b.o, b.kh, b.kw, b.sh, b.sw, b.pt, b.pb, b.pl, b.pr, b.dh, b.dw, b.g);
   }
 };
-using Key = std::tuple<Geometry, dnnl_data_type_t, dnnl_data_type_t, dnnl_data_type_t>;
+// ... and the block sizes of x and y: 0 for plain NCHW, else oneDNN's nChw{b}c (blocked.cc, model.conv
+// blocked bodies), which the primitive is asked to run on directly.
+using Key = std::tuple<Geometry, dnnl_data_type_t, dnnl_data_type_t, dnnl_data_type_t, int, int>;
+
+// The activation format of a blocked body: channels in blocks of b (padded with zeros to a multiple of b).
+dnnl_format_tag_t blocked_tag(int b) {
+  switch (b) {
+    case 0:
+      return dnnl_nchw;
+    case 4:
+      return dnnl_aBcd4b;
+    case 8:
+      return dnnl_aBcd8b;
+    case 16:
+      return dnnl_aBcd16b;
+    default:
+      throw std::runtime_error("block size " + std::to_string(b) + " is not one oneDNN has a format for");
+  }
+}
 
 // The output side of one dimension, as MindSpore's Conv2D computes it.
 int64_t out_side(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d) { return (in + pad - (k - 1) * d - 1) / s + 1; }
@@ -231,6 +249,13 @@ void same_pads(int64_t in, int64_t k, int64_t s, int64_t d, int64_t &before, int
 std::mutex cache_m;
 std::map<Key, std::unique_ptr<Conv>> cache;
 
+// Whether a primitive runs an optimized kernel (not oneDNN's reference or `simple` fallbacks).
+bool fast_impl(dnnl_primitive_desc_t pd) {
+  const char *impl = nullptr;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return false;
+  return std::strncmp(impl, "simple", 6) != 0 && std::strncmp(impl, "ref", 3) != 0;
+}
+
 dnnl_primitive_attr_t user_scratchpad() {
   // Scratchpad memory passed at each call (run allocates it) rather than held by oneDNN between calls.
   dnnl_primitive_attr_t attr;
@@ -243,7 +268,7 @@ Conv *get(const Key &key) {
   std::lock_guard<std::mutex> lock(cache_m);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.get();
-  auto [gm, x_type, y_type, w_type] = key;
+  auto [gm, x_type, y_type, w_type, x_b, y_b] = key;
   dnnl_engine_t eng = runtime().engine;
   auto cv = std::make_unique<Conv>();
   const int64_t n = gm.n, c = gm.c, o = gm.o, g = gm.g;
@@ -259,24 +284,38 @@ Conv *get(const Key &key) {
   dnnl_dims_t pad = {gm.pt, gm.pl}, pad_r = {gm.pb, gm.pr};
   // The primitives compute in float32 (as MindSpore's own CPU Conv2D does under AMP); a float16 tensor
   // is converted by the reorder that brings it into (or out of) the primitive's format.
-  cv->src.init(src_d, dnnl_nchw, x_type);
+  cv->src.init(src_d, blocked_tag(x_b), x_type);
   cv->wei.init(wd, g > 1 ? dnnl_goihw : dnnl_oihw, w_type, wei_nd);
-  cv->dst.init(dst_d, dnnl_nchw, y_type);
+  cv->dst.init(dst_d, blocked_tag(y_b), y_type);
   Md src_any(src_d, dnnl_format_tag_any), wei_any(wd, dnnl_format_tag_any, dnnl_f32, wei_nd),
       dst_any(dst_d, dnnl_format_tag_any);
   dnnl_primitive_attr_t attr = user_scratchpad();
-  dnnl_primitive_desc_t *pd = &cv->pass[FWD].pd;
-  dnnl_status_t st = dnnl_convolution_forward_primitive_desc_create(
-      pd, eng, dnnl_forward_training, dnnl_convolution_direct, src_any.md, wei_any.md, nullptr, dst_any.md, strides,
-      dilates, pad, pad_r, attr);
-  if (st == dnnl_success)
-    st = dnnl_convolution_backward_data_primitive_desc_create(&cv->pass[BWD_DATA].pd, eng, dnnl_convolution_direct,
-                                                              src_any.md, wei_any.md, dst_any.md, strides, dilates,
-                                                              pad, pad_r, *pd, attr);
-  if (st == dnnl_success)
-    st = dnnl_convolution_backward_weights_primitive_desc_create(
-        &cv->pass[BWD_WEIGHTS].pd, eng, dnnl_convolution_direct, src_any.md, wei_any.md, nullptr, dst_any.md, strides,
-        dilates, pad, pad_r, *pd, attr);
+  auto create = [&](const_dnnl_memory_desc_t s_md, const_dnnl_memory_desc_t d_md) {
+    for (auto &p : cv->pass)
+      if (p.pd) dnnl_primitive_desc_destroy(p.pd), p.pd = nullptr;
+    dnnl_primitive_desc_t *pd = &cv->pass[FWD].pd;
+    dnnl_status_t st = dnnl_convolution_forward_primitive_desc_create(
+        pd, eng, dnnl_forward_training, dnnl_convolution_direct, s_md, wei_any.md, nullptr, d_md, strides, dilates,
+        pad, pad_r, attr);
+    if (st == dnnl_success)
+      st = dnnl_convolution_backward_data_primitive_desc_create(&cv->pass[BWD_DATA].pd, eng, dnnl_convolution_direct,
+                                                                s_md, wei_any.md, d_md, strides, dilates, pad, pad_r,
+                                                                *pd, attr);
+    if (st == dnnl_success)
+      st = dnnl_convolution_backward_weights_primitive_desc_create(
+          &cv->pass[BWD_WEIGHTS].pd, eng, dnnl_convolution_direct, s_md, wei_any.md, nullptr, d_md, strides,
+          dilates, pad, pad_r, *pd, attr);
+    return st;
+  };
+  // A blocked body's tensors are asked for as they are (no reorders around the call) where oneDNN has a
+  // fast kernel on them for all three passes; else the primitives choose and reorders bridge.
+  bool direct = false;
+  if (x_b || y_b) {
+    const_dnnl_memory_desc_t s_md = x_b ? cv->src.md : src_any.md;
+    direct = create(s_md, cv->dst.md) == dnnl_success;
+    for (auto &p : cv->pass) direct = direct && fast_impl(p.pd);
+  }
+  dnnl_status_t st = direct ? dnnl_success : create(src_any.md, dst_any.md);
   dnnl_primitive_attr_destroy(attr);
   check(st, "convolution primitive descriptor");
   // Inputs and output of each pass, as (query, plain descriptor).
@@ -363,16 +402,21 @@ int call(const char *name, int want_params, int nparam, void **params, int *ndim
   int out_at = nparam - 1;
   try {
     if (nparam != want_params) throw Failure{"expects " + std::to_string(want_params) + " tensors"};
-    if (ndims[x_at] != 4 || ndims[w_at] != 4) throw Failure{"takes 4-d tensors (N, C, H, W) and (O, C/G, kh, kw)"};
+    // x and y are plain (N, C, H, W), or a blocked body's (N, ceil(C/b), H, W, b): nChw{b}c memory.
+    bool x_ok = ndims[x_at] == 4 || ndims[x_at] == 5, y_ok = ndims[y_at] == 4 || ndims[y_at] == 5;
+    if (!x_ok || !y_ok || ndims[w_at] != 4) throw Failure{"takes 4-d tensors (N, C, H, W) and (O, C/G, kh, kw)"};
     if (ndims[g_at] != 1 || shapes[g_at][0] != 10) throw Failure{"takes 10 geometry values"};
     const int64_t *x = shapes[x_at], *w = shapes[w_at], *p = static_cast<int64_t *>(params[g_at]);
-    Geometry gm{x[0], x[1], x[2], x[3], w[0], w[2], w[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
+    const int x_b = ndims[x_at] == 5 ? static_cast<int>(x[4]) : 0, y_b = ndims[y_at] == 5 ? static_cast<int>(shapes[y_at][4]) : 0;
+    const int64_t c = x_b ? w[1] * p[8] : x[1];
+    if (x_b && (c + x_b - 1) / x_b != x[1]) throw Failure{"blocked input does not hold the weight's channels"};
+    Geometry gm{x[0], c, x[2], x[3], w[0], w[2], w[3], p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]};
     if (p[9]) {
       same_pads(gm.h, gm.kh, gm.sh, gm.dh, gm.pt, gm.pb);
       same_pads(gm.w, gm.kw, gm.sw, gm.dw, gm.pl, gm.pr);
     }
     if (gm.g < 1 || gm.c % gm.g || gm.o % gm.g || w[1] * gm.g != gm.c) throw Failure{"groups do not divide the channels"};
-    Conv *cv = get(Key{gm, type_of(dtypes[x_at]), type_of(dtypes[y_at]), type_of(dtypes[w_at])});
+    Conv *cv = get(Key{gm, type_of(dtypes[x_at]), type_of(dtypes[y_at]), type_of(dtypes[w_at]), x_b, y_b});
     run(cv, i, params[0], params[1], params[out_at]);
     return 0;
   } catch (const Failure &f) {
@@ -396,22 +440,16 @@ struct Pool2d {
   size_t ws_bytes = 0;
 };
 
-using PoolKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // N C H W k s
+using PoolKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;  // N C H W k s, block
 std::map<PoolKey, std::unique_ptr<Pool2d>> pools;
 
 int64_t same_out(int64_t in, int64_t s) { return (in + s - 1) / s; }
-
-bool fast_impl(dnnl_primitive_desc_t pd) {
-  const char *impl = nullptr;
-  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return false;
-  return std::strncmp(impl, "simple", 6) != 0 && std::strncmp(impl, "ref", 3) != 0;
-}
 
 Pool2d *get_pool(const PoolKey &key) {
   std::lock_guard<std::mutex> g(cache_m);
   auto it = pools.find(key);
   if (it != pools.end()) return it->second.get();
-  auto [n, c, h, w, k, s] = key;
+  auto [n, c, h, w, k, s, b] = key;
   dnnl_engine_t eng = runtime().engine;
   auto pl = std::make_unique<Pool2d>();
   int64_t oh = same_out(h, s), ow = same_out(w, s);
@@ -419,11 +457,12 @@ Pool2d *get_pool(const PoolKey &key) {
   dnnl_dims_t src_d = {n, c, h, w}, dst_d = {n, c, oh, ow};
   dnnl_dims_t strides = {s, s}, kernel = {k, k}, dil = {0, 0}, pad_l = {ph / 2, pw / 2};
   dnnl_dims_t pad_r = {ph - ph / 2, pw - pw / 2};
-  pl->src.init(src_d, dnnl_nchw, dnnl_f32);
-  pl->dst.init(dst_d, dnnl_nchw, dnnl_f32);
+  // A blocked body's pool (b > 0) runs on its nChw{b}c memory as it is; c counts the padded channels.
+  pl->src.init(src_d, blocked_tag(b), dnnl_f32);
+  pl->dst.init(dst_d, blocked_tag(b), dnnl_f32);
   dnnl_primitive_attr_t attr = user_scratchpad();
   dnnl_status_t st = dnnl_success;
-  for (dnnl_format_tag_t tag : {dnnl_nchw, dnnl_nhwc}) {
+  for (dnnl_format_tag_t tag : {blocked_tag(b), dnnl_nhwc}) {
     if (pl->fwd.pd) dnnl_primitive_desc_destroy(pl->fwd.pd), pl->fwd.pd = nullptr;
     if (pl->own_src.md) dnnl_memory_desc_destroy(pl->own_src.md), pl->own_src.md = nullptr;
     if (pl->own_dst.md) dnnl_memory_desc_destroy(pl->own_dst.md), pl->own_dst.md = nullptr;
@@ -495,16 +534,18 @@ void pool_backward(Pool2d *pl, void *dy, void *ws, void *dx) {
 }
 
 // The pool's two int64 parameters (kernel, stride) from a tensor of two.
-PoolKey pool_key(const int64_t *x, void *ks) {
+// x: (N, C, H, W), or a blocked (N, C/b, H, W, b).
+PoolKey pool_key(const int64_t *x, int ndims, void *ks) {
   const int64_t *p = static_cast<int64_t *>(ks);
-  return PoolKey{x[0], x[1], x[2], x[3], p[0], p[1]};
+  if (ndims == 5) return PoolKey{x[0], x[1] * x[4], x[2], x[3], p[0], p[1], static_cast<int>(x[4])};
+  return PoolKey{x[0], x[1], x[2], x[3], p[0], p[1], 0};
 }
 
 int pool_call(const char *name, int want, int nparam, int *ndims, const char **dtypes, int x_at,
               const std::function<void()> &body) {
   try {
     if (nparam != want) throw Failure{"expects " + std::to_string(want) + " tensors"};
-    if (ndims[x_at] != 4) throw Failure{"takes a 4-d tensor (N, C, H, W)"};
+    if (ndims[x_at] != 4 && ndims[x_at] != 5) throw Failure{"takes a 4-d tensor (N, C, H, W) or a blocked 5-d one"};
     if (std::strcmp(dtypes[x_at], "float32") != 0) throw Failure{std::string("takes float32, got ") + dtypes[x_at]};
     body();
     return 0;
@@ -543,7 +584,7 @@ extern "C" {
 // Max pool forward: x (N, C, H, W) float32, (kernel, stride) int64 -> y (N, C, OH, OW), workspace (bytes).
 int MaxPoolForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
   return pool_call("MaxPoolForward", 4, nparam, ndims, dtypes, 0, [&] {
-    Pool2d *pl = get_pool(pool_key(shapes[0], params[1]));
+    Pool2d *pl = get_pool(pool_key(shapes[0], ndims[0], params[1]));
     if (shapes[3][0] != static_cast<int64_t>(pl->ws_bytes)) throw Failure{"workspace size mismatch"};
     pool_forward(pl, params[0], params[2], params[3]);
   });
@@ -552,7 +593,7 @@ int MaxPoolForward(int nparam, void **params, int *ndims, int64_t **shapes, cons
 // Max pool backward: dy, workspace, x (for its shape), (kernel, stride) -> dx (N, C, H, W).
 int MaxPoolBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
   return pool_call("MaxPoolBackward", 5, nparam, ndims, dtypes, 2, [&] {
-    Pool2d *pl = get_pool(pool_key(shapes[2], params[3]));
+    Pool2d *pl = get_pool(pool_key(shapes[2], ndims[2], params[3]));
     pool_backward(pl, params[0], params[1], params[4]);
   });
 }
@@ -560,7 +601,7 @@ int MaxPoolBackward(int nparam, void **params, int *ndims, int64_t **shapes, con
 // The workspace bytes of a max pool on an (n, c, h, w) float32 input: its output's shape in Python.
 int64_t MaxPoolWorkspaceBytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t s) {
   try {
-    return static_cast<int64_t>(get_pool(PoolKey{n, c, h, w, k, s})->ws_bytes);
+    return static_cast<int64_t>(get_pool(PoolKey{n, c, h, w, k, s, 0})->ws_bytes);
   } catch (const Failure &) {
     return -1;
   }
@@ -573,5 +614,316 @@ int PoolThreads() {
   } catch (const Failure &) {
     return -1;
   }
+}
+}
+
+// ---- Blocked bodies (models/blocked.py): a ResNet's body kept in oneDNN's nChw{b}c memory between layers.
+// A blocked tensor reaches MindSpore as float32 (N, ceil(C/b), H, W, b), channels past C zero; only the
+// operators below (and the convolutions and pools above, given 5-d tensors) read one.
+namespace {
+
+// Converts one shape between plain NCHW and nChw{b}c; to_blocked picks the direction.
+struct Convert {
+  Md plain, blocked;
+  Reorder to, from;
+};
+using ConvertKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int>;
+std::map<ConvertKey, std::unique_ptr<Convert>> converts;
+
+Convert *get_convert(const ConvertKey &key) {
+  std::lock_guard<std::mutex> g(cache_m);
+  auto it = converts.find(key);
+  if (it != converts.end()) return it->second.get();
+  auto [n, c, h, w, b] = key;
+  auto cv = std::make_unique<Convert>();
+  dnnl_dims_t d = {n, c, h, w};
+  cv->plain.init(d, dnnl_nchw, dnnl_f32);
+  cv->blocked.init(d, blocked_tag(b), dnnl_f32);
+  make_reorder(cv->to, cv->plain.md, cv->blocked.md, runtime().engine);
+  make_reorder(cv->from, cv->blocked.md, cv->plain.md, runtime().engine);
+  Convert *raw = cv.get();
+  converts[key] = std::move(cv);
+  return raw;
+}
+
+void convert(bool to_blocked, const int64_t *plain, const int64_t *blocked, void *src, void *dst) {
+  Convert *cv = get_convert(ConvertKey{plain[0], plain[1], plain[2], plain[3], static_cast<int>(blocked[4])});
+  if ((plain[1] + blocked[4] - 1) / blocked[4] != blocked[1]) throw Failure{"blocked shape does not hold the channels"};
+  Runtime &rt = runtime();
+  std::lock_guard<std::mutex> g(rt.exec_m);
+  Mem a(to_blocked ? cv->plain.md : cv->blocked.md, src), z(to_blocked ? cv->blocked.md : cv->plain.md, dst);
+  reorder(to_blocked ? cv->to : cv->from, a.m, z.m);
+  check(dnnl_stream_wait(rt.stream), "dnnl_stream_wait");
+}
+
+// BatchNorm (scale and shift: gamma, beta) on a blocked tensor, its ReLU fused where asked: with batch
+// statistics (computed, and given out) or global ones (the running statistics, given in: evaluation, and
+// a frozen BatchNorm that still passes gradients back). Both keep the ReLU's mask for the backward.
+struct Bn {
+  Md data, stat;
+  Prim fwd, bwd;
+  size_t ws_bytes = 0;
+};
+// N C H W b relu global, epsilon's bits
+using BnKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int64_t>;
+std::map<BnKey, std::unique_ptr<Bn>> bns;
+
+Bn *get_bn(const BnKey &key) {
+  std::lock_guard<std::mutex> g(cache_m);
+  auto it = bns.find(key);
+  if (it != bns.end()) return it->second.get();
+  auto [n, c, h, w, b, relu, global, eps_bits] = key;
+  double eps;
+  std::memcpy(&eps, &eps_bits, sizeof eps);
+  dnnl_engine_t eng = runtime().engine;
+  auto bn = std::make_unique<Bn>();
+  dnnl_dims_t d = {n, c, h, w}, cd = {c};
+  bn->data.init(d, blocked_tag(b), dnnl_f32);
+  bn->stat.init(cd, dnnl_a, dnnl_f32, 1);
+  unsigned flags = dnnl_use_scale | dnnl_use_shift | (relu ? dnnl_fuse_norm_relu : 0U) | (global ? dnnl_use_global_stats : 0U);
+  dnnl_primitive_attr_t attr = user_scratchpad();
+  dnnl_status_t st = dnnl_batch_normalization_forward_primitive_desc_create(
+      &bn->fwd.pd, eng, dnnl_forward_training, bn->data.md, bn->data.md,
+      static_cast<float>(eps), flags, attr);
+  if (st == dnnl_success)
+    st = dnnl_batch_normalization_backward_primitive_desc_create(&bn->bwd.pd, eng, dnnl_backward, bn->data.md,
+                                                                 bn->data.md, bn->data.md, static_cast<float>(eps),
+                                                                 flags, bn->fwd.pd, attr);
+  dnnl_primitive_attr_destroy(attr);
+  check(st, "batch normalization primitive descriptor");
+  check(dnnl_primitive_create(&bn->fwd.prim, bn->fwd.pd), "dnnl_primitive_create (batch normalization)");
+  check(dnnl_primitive_create(&bn->bwd.prim, bn->bwd.pd), "dnnl_primitive_create (bn backward)");
+  bn->ws_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0));
+  Bn *raw = bn.get();
+  bns[key] = std::move(bn);
+  return raw;
+}
+
+// The key of a BatchNorm on blocked x with c channels; cfg: (relu, epsilon's float64 bits, global).
+BnKey bn_key(const int64_t *x, int64_t c, void *cfg) {
+  const int64_t *p = static_cast<int64_t *>(cfg);
+  if ((c + x[4] - 1) / x[4] != x[1]) throw Failure{"blocked input does not hold gamma's channels"};
+  return BnKey{x[0], c, x[2], x[3], static_cast<int>(x[4]), p[0] != 0, p[2] != 0, p[1]};
+}
+
+void execute(dnnl_primitive_desc_t pd, dnnl_primitive_t prim, std::vector<dnnl_exec_arg_t> args, const char *what) {
+  Mem scratch(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0), nullptr);
+  args.push_back({DNNL_ARG_SCRATCHPAD, scratch.m});
+  Runtime &rt = runtime();
+  check(dnnl_primitive_execute(prim, rt.stream, static_cast<int>(args.size()), args.data()), what);
+  check(dnnl_stream_wait(rt.stream), "dnnl_stream_wait");
+}
+
+// The elementwise parts of a residual block on blocked memory (any layout: both operands share it).
+void elementwise(int64_t count, const std::function<void(int64_t, int64_t)> &fn) {
+  Runtime &rt = runtime();
+  std::lock_guard<std::mutex> g(rt.exec_m);
+  const int parts = std::max<int64_t>(1, std::min<int64_t>(rt.pool.get_num_threads(), count / 4096 + 1));
+  rt.pool.parallel_for(parts, [&](int i, int n) { fn(count * i / n, count * (i + 1) / n); });
+}
+
+int64_t elements(int nd, const int64_t *shape) {
+  int64_t e = 1;
+  for (int i = 0; i < nd; ++i) e *= shape[i];
+  return e;
+}
+
+int guarded(const char *name, int want, int nparam, const std::function<void()> &body) {
+  try {
+    if (nparam != want) throw Failure{"expects " + std::to_string(want) + " tensors"};
+    body();
+    return 0;
+  } catch (const Failure &f) {
+    std::fprintf(stderr, "model.conv blocked body: %s %s\n", name, f.what.c_str());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "model.conv blocked body: %s: %s\n", name, e.what());
+  }
+  return 1;
+}
+
+// The block size oneDNN chooses for a ResNet convolution's activations on this CPU (16 with AVX-512, 8
+// with AVX2), if it runs fast kernels for all three passes on nChw{b}c; 0 where it does not.
+int choose_block() {
+  dnnl_engine_t eng = runtime().engine;
+  dnnl_dims_t d = {32, 64, 16, 16}, wd = {64, 64, 3, 3}, strides = {1, 1}, dil = {0, 0}, pad = {1, 1};
+  Md any(d, dnnl_format_tag_any), wany(wd, dnnl_format_tag_any);
+  int chosen = 0;
+  dnnl_primitive_desc_t pd = nullptr;
+  if (dnnl_convolution_forward_primitive_desc_create(&pd, eng, dnnl_forward_training, dnnl_convolution_direct, any.md,
+                                                     wany.md, nullptr, any.md, strides, dil, pad, pad,
+                                                     nullptr) == dnnl_success) {
+    const_dnnl_memory_desc_t dst = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    for (int b : {16, 8, 4}) {
+      Md blocked(d, blocked_tag(b));
+      if (dnnl_memory_desc_equal(dst, blocked.md)) chosen = b;
+    }
+    dnnl_primitive_desc_destroy(pd);
+  }
+  // oneDNN may prefer NHWC for "any" (brgconv); its blocked direct kernels are then asked for by name.
+  for (int b : {chosen, 16, 8}) {
+    if (!b) continue;
+    Md blocked(d, blocked_tag(b));
+    bool fast = true;
+    dnnl_primitive_desc_t f = nullptr, bd = nullptr, bw = nullptr;
+    fast = dnnl_convolution_forward_primitive_desc_create(&f, eng, dnnl_forward_training, dnnl_convolution_direct,
+                                                          blocked.md, wany.md, nullptr, blocked.md, strides, dil, pad,
+                                                          pad, nullptr) == dnnl_success &&
+           fast_impl(f);
+    fast = fast &&
+           dnnl_convolution_backward_data_primitive_desc_create(&bd, eng, dnnl_convolution_direct, blocked.md, wany.md,
+                                                                blocked.md, strides, dil, pad, pad, f,
+                                                                nullptr) == dnnl_success &&
+           fast_impl(bd);
+    fast = fast &&
+           dnnl_convolution_backward_weights_primitive_desc_create(&bw, eng, dnnl_convolution_direct, blocked.md,
+                                                                   wany.md, nullptr, blocked.md, strides, dil, pad,
+                                                                   pad, f, nullptr) == dnnl_success &&
+           fast_impl(bw);
+    for (auto p : {f, bd, bw})
+      if (p) dnnl_primitive_desc_destroy(p);
+    if (fast) return b;
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The block size of this CPU's blocked bodies (see choose_block); 0: none; -1: oneDNN failed.
+int BlockSize() {
+  try {
+    static int b = choose_block();
+    return b;
+  } catch (const Failure &) {
+    return -1;
+  }
+}
+
+// Plain (N, C, H, W), like (C) (only its shape counts) -> blocked (N, C/b, H, W, b), float32.
+int ToBlocked(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("ToBlocked", 3, nparam, [&] {
+    if (ndims[0] != 4 || ndims[2] != 5) throw Failure{"takes (N, C, H, W) to (N, C/b, H, W, b)"};
+    convert(true, shapes[0], shapes[2], params[0], params[2]);
+  });
+}
+
+// Blocked (N, C/b, H, W, b), like (C) -> plain (N, C, H, W), float32.
+int FromBlocked(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("FromBlocked", 3, nparam, [&] {
+    if (ndims[0] != 5 || ndims[2] != 4) throw Failure{"takes (N, C/b, H, W, b) to (N, C, H, W)"};
+    convert(false, shapes[2], shapes[0], params[0], params[2]);
+  });
+}
+
+// BatchNorm training forward: x, gamma (C), beta (C), cfg (relu, eps bits) -> y, batch mean (C), batch
+// variance (C, biased, as normalization uses it), workspace (the fused ReLU's mask; bytes).
+int BnTrainForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("BnTrainForward", 8, nparam, [&] {
+    if (ndims[0] != 5) throw Failure{"takes a blocked tensor"};
+    Bn *bn = get_bn(bn_key(shapes[0], shapes[1][0], params[3]));
+    if (shapes[7][0] < static_cast<int64_t>(bn->ws_bytes)) throw Failure{"workspace too small"};
+    std::lock_guard<std::mutex> g(runtime().exec_m);
+    Mem x(bn->data.md, params[0]), y(bn->data.md, params[4]), gamma(bn->stat.md, params[1]),
+        beta(bn->stat.md, params[2]), mean(bn->stat.md, params[5]), var(bn->stat.md, params[6]);
+    std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, x.m},          {DNNL_ARG_DST, y.m},
+                                         {DNNL_ARG_SCALE, gamma.m},    {DNNL_ARG_SHIFT, beta.m},
+                                         {DNNL_ARG_MEAN, mean.m},      {DNNL_ARG_VARIANCE, var.m}};
+    std::unique_ptr<Mem> ws;
+    if (bn->ws_bytes) {
+      ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[7]);
+      args.push_back({DNNL_ARG_WORKSPACE, ws->m});
+    }
+    execute(bn->fwd.pd, bn->fwd.prim, args, "batch normalization");
+  });
+}
+
+// BatchNorm with global statistics: x, gamma, beta, running mean, running variance, cfg -> y, workspace.
+int BnGlobalForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("BnGlobalForward", 8, nparam, [&] {
+    if (ndims[0] != 5) throw Failure{"takes a blocked tensor"};
+    Bn *bn = get_bn(bn_key(shapes[0], shapes[1][0], params[5]));
+    if (shapes[7][0] < static_cast<int64_t>(bn->ws_bytes)) throw Failure{"workspace too small"};
+    std::lock_guard<std::mutex> g(runtime().exec_m);
+    Mem x(bn->data.md, params[0]), y(bn->data.md, params[6]), gamma(bn->stat.md, params[1]),
+        beta(bn->stat.md, params[2]), mean(bn->stat.md, params[3]), var(bn->stat.md, params[4]);
+    std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, x.m},       {DNNL_ARG_DST, y.m},
+                                         {DNNL_ARG_SCALE, gamma.m}, {DNNL_ARG_SHIFT, beta.m},
+                                         {DNNL_ARG_MEAN, mean.m},   {DNNL_ARG_VARIANCE, var.m}};
+    std::unique_ptr<Mem> ws;
+    if (bn->ws_bytes) {
+      ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[7]);
+      args.push_back({DNNL_ARG_WORKSPACE, ws->m});
+    }
+    execute(bn->fwd.pd, bn->fwd.prim, args, "batch normalization (global statistics)");
+  });
+}
+
+// BatchNorm backward: dy, x, gamma, batch mean, batch variance, workspace, cfg -> dx, dgamma, dbeta.
+int BnBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("BnBackward", 10, nparam, [&] {
+    if (ndims[0] != 5) throw Failure{"takes a blocked tensor"};
+    Bn *bn = get_bn(bn_key(shapes[1], shapes[2][0], params[6]));
+    std::lock_guard<std::mutex> g(runtime().exec_m);
+    Mem dy(bn->data.md, params[0]), x(bn->data.md, params[1]), gamma(bn->stat.md, params[2]),
+        mean(bn->stat.md, params[3]), var(bn->stat.md, params[4]), dx(bn->data.md, params[7]),
+        dgamma(bn->stat.md, params[8]), dbeta(bn->stat.md, params[9]);
+    std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_DIFF_DST, dy.m},      {DNNL_ARG_SRC, x.m},
+                                         {DNNL_ARG_SCALE, gamma.m},      {DNNL_ARG_MEAN, mean.m},
+                                         {DNNL_ARG_VARIANCE, var.m},     {DNNL_ARG_DIFF_SRC, dx.m},
+                                         {DNNL_ARG_DIFF_SCALE, dgamma.m}, {DNNL_ARG_DIFF_SHIFT, dbeta.m}};
+    std::unique_ptr<Mem> ws;
+    if (bn->ws_bytes) {
+      ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[5]);
+      args.push_back({DNNL_ARG_WORKSPACE, ws->m});
+    }
+    execute(bn->bwd.pd, bn->bwd.prim, args, "batch normalization backward");
+  });
+}
+
+// The workspace bytes of a BatchNorm on blocked (n, c, h, w) memory with block b.
+int64_t BnWorkspaceBytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t b, int64_t relu, int64_t eps_bits,
+                         int64_t global) {
+  try {
+    return static_cast<int64_t>(
+        get_bn(BnKey{n, c, h, w, static_cast<int>(b), relu != 0, global != 0, eps_bits})->ws_bytes);
+  } catch (const std::exception &) {
+    return -1;
+  } catch (const Failure &) {
+    return -1;
+  }
+}
+
+// The workspace bytes of a max pool on blocked (n, c/b, h, w, b) memory (c: padded channels).
+int64_t BlockedMaxPoolWorkspaceBytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t s, int64_t b) {
+  try {
+    return static_cast<int64_t>(get_pool(PoolKey{n, c, h, w, k, s, static_cast<int>(b)})->ws_bytes);
+  } catch (const std::exception &) {
+    return -1;
+  } catch (const Failure &) {
+    return -1;
+  }
+}
+
+// a, b (same shape) -> relu(a + b): the end of a residual block.
+int AddRelu(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("AddRelu", 3, nparam, [&] {
+    const float *a = static_cast<float *>(params[0]), *b = static_cast<float *>(params[1]);
+    float *y = static_cast<float *>(params[2]);
+    elementwise(elements(ndims[2], shapes[2]), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) y[i] = std::max(a[i] + b[i], 0.0f);
+    });
+  });
+}
+
+// dy, y (relu's output) -> dy where y > 0, else 0: the gradient of both of AddRelu's inputs.
+int ReluBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
+  return guarded("ReluBackward", 3, nparam, [&] {
+    const float *dy = static_cast<float *>(params[0]), *y = static_cast<float *>(params[1]);
+    float *dx = static_cast<float *>(params[2]);
+    elementwise(elements(ndims[2], shapes[2]), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    });
+  });
 }
 }

@@ -23,6 +23,7 @@ from mindspore import ops
 from mindspore.train import Callback
 
 from runner.amp.precision import build_loss_net
+from runner.models.blocked import plain_body
 from runner.rundir.atomic import finite_or_str
 from runner.rundir.run_state import RunState
 
@@ -123,6 +124,7 @@ def find_islands(make_net, weights: dict, level: str, keep: list, batch, scale: 
 def _probe(make_net, weights, level, keep, x, y, scale):
     """Forward (hooks on every leaf cell) and backward of one batch; the first culprit or None."""
     net = make_net()
+    plain_body(net)  # the hooks must see each cell called, with plain tensors (models/blocked.py)
     ms.load_param_into_net(net, {n: ms.Parameter(ms.Tensor(w), name=n) for n, w in weights.items()})
     names = {id(c): n for n, c in net.cells_and_names() if n}
     seen = []

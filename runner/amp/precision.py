@@ -13,6 +13,7 @@ from mindspore.rewrite.symbol_tree import symbol_tree
 
 from runner.amp.fp32_islands import keep_fp32, match_cells
 from runner.amp.train_step import JIT_STEPS, FP32Logits, ScaledTrainStep, drops_overflow
+from runner.models.blocked import plain_body
 
 log = logging.getLogger("runner")
 
@@ -93,6 +94,8 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
     cells = match_cells(net, keep)  # checked at every level, so a typo fails under O0 too
     if level == "O0":
         return net
+    # A blocked body (models/blocked.py) is float32 and opaque to AMP's casts and rewrite: plain under AMP.
+    plain_body(net)
     if level == "O1":
         # O1's rewrite skips cells whose precision is already set: mark them before it runs.
         for _, cell in cells:

@@ -30,12 +30,13 @@ def forward_flops_per_sample(net, channels: int, height: int, width: int) -> dic
     matters to the measurements (docs/mindspore-notes.md#warm-caches).
     """
     counter = _LayerCounter(net)
-    _probe_one_sample(net, counter, channels, height, width)
+    layout = _probe_one_sample(net, counter, channels, height, width)
     return {
         "conv": counter.conv,
         "dense": counter.dense,
         "total": counter.conv + counter.dense,
         "conv_paths": dict(sorted(counter.paths.items())),
+        "body_layout": layout,
         "activations": counter.activations,  # output values of every layer, one sample
         "layers": counter.layers,
     }
@@ -86,22 +87,28 @@ class _LayerCounter:
         self.layers += 1
 
 
-def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, width: int) -> None:
-    """One zero sample through net in PyNative inference, the hooks on; the mode and net's state restored."""
+def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, width: int) -> str:
+    """One zero sample through net in PyNative inference, the hooks on; the mode and net's state restored.
+    Returns the layout the network body keeps between layers (models/blocked.py)."""
     import mindspore as ms
     from mindspore import Tensor
 
+    from runner.models.blocked import body_layout, plain_bodies
+
+    layout = body_layout(net)
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
     handles = counter.hook(net)
     try:
         net.set_train(False)  # BatchNorm must not update its statistics from this probe
-        net(Tensor(np.zeros((1, channels, height, width), np.float32)))
+        with plain_bodies(net):  # the hooks must see each cell called (a blocked body calls none)
+            net(Tensor(np.zeros((1, channels, height, width), np.float32)))
     finally:
         for h in handles:
             h.remove()
         net.set_train(training)
         ms.set_context(mode=mode)
+    return layout
 
 
 def conv_path(cell, input_shape) -> str:
@@ -251,6 +258,9 @@ def measure(net, data, throughput: Optional[float], target: str, threads: Option
         "forward_dense_per_sample": fwd["dense"],
         # Which convolution algorithm ran (model.conv, models/conv.py): layers and forward FLOPs per path.
         "conv_paths": fwd["conv_paths"],
+        # The format the network body kept between layers (models/blocked.py): nChw16c (AVX-512) or nChw8c
+        # (AVX2) when it ran on oneDNN's blocked memory, nchw when every layer read and wrote plain NCHW.
+        "body_layout": fwd["body_layout"],
         "train_per_sample": train_per_sample,
         "layers": fwd["layers"],  # leaf cells the forward pass runs (plan=true's host cost per step scales with it)
         "achieved_gflops_per_s": achieved,

@@ -1,0 +1,285 @@
+"""Blocked bodies (models/blocked.py): every operator on oneDNN's blocked memory matches MindSpore's own
+forward and backward, BatchNorm's running statistics follow MindSpore's, and a whole ResNet's loss,
+gradients and evaluation on the blocked body equal the plain path's with the same parameters."""
+
+import json
+
+import mindspore as ms
+import numpy as np
+import pytest
+from conftest import metrics, outputs_of, run_module
+from mindspore import Tensor, nn, ops
+
+from runner.models import blocked
+from runner.models.errors import ModelError
+from runner.models.onednn import find_compiler
+from runner.models.resnet import resnet
+
+
+def _has_compiler() -> bool:
+    try:
+        find_compiler()
+        return True
+    except ModelError:
+        return False
+
+
+pytestmark = [
+    pytest.mark.cpu_only,
+    pytest.mark.skipif(not _has_compiler(), reason="blocked bodies run the oneDNN library built with a compiler"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def graph_and_block(tmp_path_factory):
+    """Graph mode (as training runs) and a private cache for the library; yields the CPU's block size."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        mode = ms.get_context("mode")
+        ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+        b = blocked.block_size()
+        if not b:
+            pytest.skip("oneDNN runs no fast convolution kernels on a blocked format on this CPU")
+        yield b
+        ms.set_context(mode=mode)
+
+
+def rand(*shape, seed=0):
+    return Tensor(np.random.RandomState(seed).randn(*shape).astype(np.float32))
+
+
+def grads_of(cell, *inputs):
+    """(output, input gradients, parameter gradients) for a fixed upstream gradient."""
+    out = cell(*inputs)
+    dy = rand(*out.shape, seed=9)
+    grad = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)
+    ins, params = grad(cell, cell.trainable_params())(*inputs, dy)
+    return [out.asnumpy()] + [g.asnumpy() for g in (*ins, *params)]
+
+
+def assert_close(a, b, tol=1e-4):
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        scale = max(1.0, float(np.abs(y).max()))
+        assert np.abs(x - y).max() <= tol * scale, (i, float(np.abs(x - y).max()), scale)
+
+
+class Around(nn.Cell):
+    """A plain tensor converted to blocked, `body` on it, converted back: what a blocked body does."""
+
+    def __init__(self, body, cin, cout, b):
+        super().__init__()
+        self.body = body
+        self.to, _, self.cin = blocked.converters(cin, b)
+        _, self.back, self.cout = blocked.converters(cout, b)
+
+    def construct(self, *xs):
+        return self.back(self.body(*[self.to(x, self.cin) for x in xs]), self.cout)
+
+
+class BnRelu(nn.Cell):
+    def __init__(self, c, relu, b=0):
+        super().__init__()
+        self.bn, self.relu, self.blocked = nn.BatchNorm2d(c), relu, b > 0
+        if b:
+            blocked.attach_bn(self.bn, b)
+
+    def construct(self, x):
+        if self.blocked:
+            return blocked.bn_blocked(self.bn, x, self.relu)
+        y = self.bn(x)
+        return ops.relu(y) if self.relu else y
+
+
+# 20 channels: not a multiple of any block, so the padded channels are exercised too.
+@pytest.mark.parametrize("relu", [True, False], ids=["relu", "no-relu"])
+@pytest.mark.parametrize("train", [True, False], ids=["batch-stats", "running-stats"])
+def test_batchnorm_relu_matches_mindspore_forward_backward_and_running_stats(graph_and_block, relu, train):
+    b, c = graph_and_block, 20
+    mine, native = Around(BnRelu(c, relu, b), c, c, b), BnRelu(c, relu)
+    gamma, beta = rand(c, seed=1).asnumpy() * 0.5 + 1, rand(c, seed=2).asnumpy()
+    for net in (mine.body, native):
+        net.bn.gamma.set_data(Tensor(gamma))
+        net.bn.beta.set_data(Tensor(beta))
+        net.bn.moving_mean.set_data(Tensor(gamma - 1))
+        net.bn.moving_variance.set_data(Tensor(np.abs(gamma) + 0.5))
+    mine.set_train(train)
+    native.set_train(train)
+    x = rand(4, c, 5, 3)
+    for _ in range(3):  # each call with batch statistics updates the running ones
+        assert_close(grads_of(mine, x), grads_of(native, x))
+    for name in ("moving_mean", "moving_variance"):
+        got, want = getattr(mine.body.bn, name).asnumpy(), getattr(native.bn, name).asnumpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+    if train:  # the statistics moved: the test compared updates, not initial values
+        assert not np.allclose(native.bn.moving_mean.asnumpy(), gamma - 1)
+
+
+def test_a_frozen_batchnorm_uses_running_stats_and_passes_gradients_in_training(graph_and_block):
+    b, c = graph_and_block, 16
+    mine, native = Around(BnRelu(c, True, b), c, c, b), BnRelu(c, True)
+    for net in (mine.body, native):
+        net.bn.use_batch_statistics = False  # what optim.freeze does
+        net.bn.moving_variance.set_data(Tensor(np.full(c, 2.0, np.float32)))
+    mine.set_train(True)
+    native.set_train(True)
+    assert_close(grads_of(mine, rand(2, c, 4, 4)), grads_of(native, rand(2, c, 4, 4)))
+    assert np.allclose(mine.body.bn.moving_variance.asnumpy(), 2.0)
+
+
+class AddRelu(nn.Cell):
+    def __init__(self, b=0):
+        super().__init__()
+        self.op = blocked.add_relu_op() if b else None
+
+    def construct(self, a, c):
+        return self.op(a, c) if self.op is not None else ops.relu(a + c)
+
+
+def test_add_relu_matches_mindspore_forward_and_both_input_gradients(graph_and_block):
+    b = graph_and_block
+    x, y = rand(3, 24, 5, 5, seed=3), rand(3, 24, 5, 5, seed=4)
+    assert_close(grads_of(Around(AddRelu(b), 24, 24, b), x, y), grads_of(AddRelu(), x, y))
+
+
+class Pool(nn.Cell):
+    def __init__(self, b=0):
+        super().__init__()
+        self.native = nn.MaxPool2d(3, stride=2, pad_mode="same")
+        self.op, self.params = blocked.max_pool_op(3, 2, b) if b else (None, None)
+
+    def construct(self, x):
+        return self.op(x, self.params)[0] if self.op is not None else self.native(x)
+
+
+@pytest.mark.parametrize("shape", [(2, 20, 9, 9), (2, 16, 8, 8), (1, 8, 2, 2)], ids=str)
+def test_blocked_max_pool_matches_mindspores_forward_and_backward(graph_and_block, shape):
+    b = graph_and_block
+    x = rand(*shape, seed=5)
+    assert_close(grads_of(Around(Pool(b), shape[1], shape[1], b), x), grads_of(Pool(), x))
+
+
+class Conv(nn.Cell):
+    """A convolution with a blocked output: from a plain input (the stem) or a blocked one."""
+
+    def __init__(self, cin, cout, k, s, p, b, plain_in):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
+        self.op, self.geometry = blocked.conv_op(k, s, p, b)
+        self.to, _, self.cin = blocked.converters(cin, b)
+        _, self.back, self.cout = blocked.converters(cout, b)
+        self.plain_in = plain_in
+
+    def construct(self, x):
+        if not self.plain_in:
+            x = self.to(x, self.cin)
+        return self.back(self.op(x, self.conv.weight, self.geometry), self.cout)
+
+
+@pytest.mark.parametrize("plain_in", [False, True], ids=["blocked-in", "plain-in"])
+@pytest.mark.parametrize(
+    "shape", [(20, 24, 3, 1, 1, 6), (16, 8, 3, 2, 1, 7), (24, 32, 1, 2, 0, 6), (3, 16, 7, 2, 3, 9)], ids=str
+)
+def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(graph_and_block, shape, plain_in):
+    cin, cout, k, s, p, size = shape
+    mine = Conv(cin, cout, k, s, p, graph_and_block, plain_in)
+    x = rand(2, cin, size, size, seed=6)
+    assert_close(grads_of(mine, x), grads_of(mine.conv, x))
+
+
+def twins(depth, style, width, size, conv="onednn"):
+    """The same ResNet twice with the same parameters: blocked body, and plain."""
+    ms.set_seed(0)
+    a = resnet(style, depth, width, 10, 3, size, conv=conv)
+    b = resnet(style, depth, width, 10, 3, size, conv=conv)
+    b.plain_body()
+    assert a.blocked_body and not b.blocked_body
+    assert [(p.name, p.shape) for p in a.get_parameters()] == [(p.name, p.shape) for p in b.get_parameters()]
+    ms.load_param_into_net(b, {p.name: ms.Parameter(Tensor(p.asnumpy()), name=p.name) for p in a.get_parameters()})
+    return a, b
+
+
+@pytest.mark.parametrize(
+    "depth,style,width,size",
+    [(18, "imagenet", 8, 64), (20, "cifar", 12, 8)],  # widths 8 and 12: padded channel blocks
+    ids=["resnet18-imagenet-stem", "resnet20-cifar"],
+)
+def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_block, depth, style, width, size):
+    blocked_net, plain_net = twins(depth, style, width, size)
+    x, y = rand(4, 3, size, size, seed=7), Tensor(np.array([1, 2, 3, 4], np.int32))
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    results = []
+    for net in (blocked_net, plain_net):
+        with_loss = nn.WithLossCell(net, loss)
+        with_loss.set_train(True)
+        grads = ops.GradOperation(get_by_list=True)(with_loss, with_loss.trainable_params())(x, y)
+        step = nn.TrainOneStepCell(with_loss, nn.Momentum(net.trainable_params(), 0.1, 0.9))
+        step.set_train(True)
+        losses = [float(step(x, y).asnumpy()) for _ in range(3)]  # the weights and running stats move
+        net.set_train(False)
+        results.append(([g.asnumpy() for g in grads], losses, [p.asnumpy() for p in net.get_parameters()], net(x)))
+    (ga, la, pa, ea), (gb, lb, pb, eb) = results
+    assert_close(ga, gb)  # every parameter's gradient (BatchNorm's gamma and beta too)
+    # Three SGD steps later (lr 0.1, batch 4) fp32 differences have grown, as between any two algorithms.
+    np.testing.assert_allclose(la, lb, rtol=1e-4)
+    assert_close(pa, pb, tol=1e-2)  # parameters, moving means and variances
+    assert_close([ea.asnumpy()], [eb.asnumpy()], tol=1e-2)  # evaluation: running statistics
+
+
+def test_bottleneck_block_on_the_blocked_body_equals_its_plain_construct(graph_and_block):
+    # Whole ResNet-50 gradients at random initialisation differ between any two convolution algorithms
+    # by up to 20% on some layers (the native and the plain oneDNN path too): compared block by block.
+    b = graph_and_block
+    net = resnet("imagenet", 50, 16, 10, 3, 64, conv="onednn")
+    block = net.layer2[0]  # a strided block with a projection shortcut
+
+    class Blocked(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+            self.to, _, self.cin = blocked.converters(64, b)
+            _, self.back, self.cout = blocked.converters(128, b)
+
+        def construct(self, x):
+            return self.back(self.block.blocked(self.to(x, self.cin)), self.cout)
+
+    mine = Blocked()
+    mine.set_train(True)
+    block.set_train(True)
+    x = rand(4, 64, 8, 8, seed=8)
+    assert_close(grads_of(mine, x), grads_of(block, x))
+
+
+def test_amp_and_the_hook_probes_see_the_plain_body(graph_and_block):
+    net = resnet("cifar", 8, 8, 10, 3, 8, conv="onednn")
+    assert blocked.body_layout(net) == f"nChw{graph_and_block}c"
+    with blocked.plain_bodies(net):
+        assert blocked.body_layout(net) == "nchw"
+    assert net.blocked_body
+    from runner.amp.precision import wrap_amp
+
+    wrap_amp(net, "O2", [], ".")
+    assert not net.blocked_body
+
+
+def test_the_body_stays_plain_when_asked_or_when_the_stem_pool_pads_like_torch(monkeypatch):
+    monkeypatch.setenv(blocked.OFF_VAR, "1")
+    assert not resnet("cifar", 8, 8, 10, 3, 8, conv="onednn").blocked_body
+    monkeypatch.delenv(blocked.OFF_VAR)
+    assert not resnet("imagenet", 18, 8, 10, 3, 64, conv="onednn", stem_pool="torch").blocked_body
+    assert not resnet("cifar", 8, 8, 10, 3, 8, conv="native").blocked_body
+
+
+@pytest.mark.slow
+def test_a_default_run_records_its_blocked_body_and_evaluates_and_exports_to_its_numbers(tiny_run):
+    m = metrics(tiny_run)
+    assert m["flops"]["body_layout"].startswith("nChw")  # the default path ran the blocked body
+    assert sum(e["layers"] for e in m["flops"]["conv_paths"].values()) == 9  # and still counts every layer
+    # Evaluation builds the same network (blocked body, running statistics) from the checkpoint.
+    proc = run_module("runner.evaluate", f"run={tiny_run}")
+    evaluated = json.loads((outputs_of(proc) / "metrics.json").read_text())
+    assert evaluated["top1"] == pytest.approx(m["val_accuracy"], abs=1e-9)
+    # The exported file holds the plain body with MindSpore's own operators: the same numbers.
+    proc = run_module("runner.export", f"run={tiny_run}", "format=mindir", "parity_samples=10")
+    record = json.loads((outputs_of(proc) / "export.json").read_text())
+    assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
