@@ -180,21 +180,7 @@ def max_pool_op(kernel_size: int, stride: int, b: int):
             raise ModelError(f"model.conv: oneDNN has no max pooling for blocked input {tuple(x)}")
         return [n, cb, -(-h // stride), -(-w // stride), b], [max(got, 1)]
 
-    backward = ops.Custom(
-        f"{so}:MaxPoolBackward", out_shape=lambda dy, ws, x, ks: x, out_dtype=lambda dy, ws, x, ks: x, func_type="aot"
-    )
-
-    def bprop(x, ks, out, dout):
-        return backward(dout[0], out[1], x, ks), ops.zeros_like(ks)
-
-    forward = ops.Custom(
-        f"{so}:MaxPoolForward",
-        out_shape=shapes,
-        out_dtype=lambda x, ks: (x, mstype.uint8),
-        func_type="aot",
-        bprop=bprop,
-    )
-    return forward, Tensor(np.array([kernel_size, stride], np.int64))
+    return onednn.pool_with_workspace(so, shapes, kernel_size, stride)
 
 
 def bn_blocked(self, x, relu: bool):

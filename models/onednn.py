@@ -470,8 +470,6 @@ def max_pool_op(kernel_size: int, stride: int):
     """Max pooling (x, (kernel, stride)) -> (y, workspace) as MindSpore's pad_mode="same" computes it, with
     its backward attached: the workspace holds each window's argmax, so the backward does not recompute
     the forward. float32 only (the FP32 network, and amp=o1's, which keeps pooling in float32)."""
-    from mindspore import Tensor, ops
-    from mindspore import dtype as mstype
 
     so = library()
     lib = ctypes.CDLL(so)  # verified by library(): the digest matched before anything loaded it
@@ -484,6 +482,15 @@ def max_pool_op(kernel_size: int, stride: int):
         if workspace < 0:
             raise ModelError(f"model.conv=onednn: oneDNN has no max pooling for input {tuple(x)}")
         return [n, c, -(-h // stride), -(-w // stride)], [workspace]
+
+    return pool_with_workspace(so, shapes, kernel_size, stride)
+
+
+def pool_with_workspace(so: str, shapes, kernel_size: int, stride: int):
+    """(MaxPoolForward with its backward attached, the (kernel, stride) tensor it takes): shapes(x, ks) gives
+    the output's and the workspace's shapes, plain or blocked (models/blocked.py)."""
+    from mindspore import Tensor, ops
+    from mindspore import dtype as mstype
 
     backward = ops.Custom(
         f"{so}:MaxPoolBackward",

@@ -22,6 +22,18 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = ["epochs=1", "padding.height=8", "padding.width=8", "model.width=8", "log_every=1000"]
 
 
+def has_compiler() -> bool:
+    """Whether this machine has the C++ compiler the onednn operators are built with (their tests skip without)."""
+    from runner.models.errors import ModelError
+    from runner.models.onednn import find_compiler
+
+    try:
+        find_compiler()
+        return True
+    except ModelError:
+        return False
+
+
 def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=None):
     """`python -m runner` from the repository root, with its outputs under run_dir unless it is None."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"

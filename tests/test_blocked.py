@@ -7,26 +7,15 @@ import json
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import metrics, outputs_of, run_module
+from conftest import has_compiler, metrics, outputs_of, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import blocked
-from runner.models.errors import ModelError
-from runner.models.onednn import find_compiler
 from runner.models.resnet import resnet
-
-
-def _has_compiler() -> bool:
-    try:
-        find_compiler()
-        return True
-    except ModelError:
-        return False
-
 
 pytestmark = [
     pytest.mark.cpu_only,
-    pytest.mark.skipif(not _has_compiler(), reason="blocked bodies run the oneDNN library built with a compiler"),
+    pytest.mark.skipif(not has_compiler(), reason="blocked bodies run the oneDNN library built with a compiler"),
 ]
 
 

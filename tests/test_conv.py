@@ -9,7 +9,7 @@ import tempfile
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import TINY, compose_cfg, metrics, outputs_of, run_cli, run_in_process, run_module
+from conftest import TINY, compose_cfg, has_compiler, metrics, outputs_of, run_cli, run_in_process, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import conv as C
@@ -20,17 +20,9 @@ from runner.models.resnet import resnet
 pytestmark = pytest.mark.cpu_only  # gemm and onednn exist on CPU only; elsewhere every choice is native
 
 
-def _has_compiler() -> bool:
-    try:
-        find_compiler()
-        return True
-    except ModelError:
-        return False
-
-
 # onednn compiles a C++ library on first use; without a compiler it refuses (tested below), so there is
 # nothing else to test.
-needs_compiler = pytest.mark.skipif(not _has_compiler(), reason="model.conv=onednn needs a C++ compiler")
+needs_compiler = pytest.mark.skipif(not has_compiler(), reason="model.conv=onednn needs a C++ compiler")
 
 # (cin, cout, kernel, stride, padding, input side): every kind of convolution the ResNets build.
 SHAPES = [
@@ -138,7 +130,7 @@ def test_onednn_max_pool_matches_mindspores_forward_and_backward(graph, shape):
 
 def test_the_stem_pool_follows_the_convolution_path(pynative):
     assert type(C.max_pool(3, 2, "native")) is nn.MaxPool2d
-    if _has_compiler():
+    if has_compiler():
         assert type(C.max_pool(3, 2, "onednn")) is C.OneDNNMaxPool2d
 
 
@@ -375,7 +367,7 @@ def test_the_default_run_says_which_path_each_convolution_took_and_why(tiny_run)
     # The default, model.conv=best: onednn on a CPU where it pays (AVX2 or better, a compiler here), else
     # native; with onednn, each layer the algorithm measured fastest for its shape (oneDNN's unless
     # im2col + MatMul or the dense matmul beat it on a small output), recorded layer by layer.
-    path = "onednn" if isa_pays(None) and _has_compiler() else "native"
+    path = "onednn" if isa_pays(None) and has_compiler() else "native"
     assert conv["asked"] == "best" and conv["path"] == path and conv["reason"]
     paths = flops["conv_paths"]
     allowed = {"onednn", "gemm", "dense"} if path == "onednn" else {"native"}
@@ -461,7 +453,7 @@ def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
     cpus = len(os.sched_getaffinity(0))
     assert rank_threads(compose_cfg("distributed=dp", "distributed.workers=2").distributed) == max(1, cpus // 2)
     assert rank_threads(compose_cfg().distributed) is None  # one process: every CPU, MindSpore's default
-    if not _has_compiler():
+    if not has_compiler():
         return
     from runner.models import onednn
 
@@ -648,11 +640,8 @@ def test_a_read_only_cache_falls_back_to_a_temporary_directory(read_only_cache, 
     import tempfile
 
     from runner.models import onednn
-    from runner.models.errors import ModelError
 
-    try:
-        onednn.find_compiler()
-    except ModelError:
+    if not has_compiler():
         pytest.skip("no C++ compiler: the library is not built here")
     with pytest.raises(OSError) as e:
         (read_only_cache / "mindspore-runner" / "probe").write_text("x")
