@@ -22,6 +22,19 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = ["epochs=1", "padding.height=8", "padding.width=8", "model.width=8", "log_every=1000"]
 
 
+@pytest.fixture(autouse=True)
+def _isa_check_as_in_a_fresh_process():
+    """Each test meets the runner's one-ISA-per-process check (runner/training/environment.py
+    check_same_process) as a fresh process would. An xdist worker runs many in-process runs one after another;
+    on an AVX-512 CPU the native path's AVX2 cap and the onednn path's no cap differ in effect, so whichever test
+    ran first in a worker would have every later one refused, depending on how tests fell to workers. The
+    kernels oneDNN loaded first stay in the process: their speed, not what the tests check."""
+    environment = sys.modules.get("runner.training.environment")
+    if environment is not None:
+        environment._first_run.clear()
+    yield
+
+
 def has_compiler() -> bool:
     """Whether this machine has the C++ compiler the onednn operators are built with (their tests skip without)."""
     from runner.models.errors import ModelError
