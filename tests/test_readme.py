@@ -58,7 +58,8 @@ def numbers(line: str) -> list:
 
 
 def agree(shown: list, got: list) -> bool:
-    """The same numbers, up to what another CPU's kernels change: 2 of 359 samples, 10% of a loss; counts exact."""
+    """The same numbers, up to what another CPU's kernels change: 2 of 359 samples, 15% of a loss (0.03 for the
+    last step's one-batch training loss); counts exact."""
     if len(shown) != len(got):
         return False
     for a, b in zip(shown, got):
@@ -68,7 +69,13 @@ def agree(shown: list, got: list) -> bool:
             return False
         if not x:
             continue  # "N images classified": compared as a whole above
-        tolerance = 2 / 359 + 1e-9 if name in ACCURACY else 0.1 * abs(float(x))
+        # Losses 15%: pages measured on an AVX2 CPU, an AVX-512 CPU's kernels moved a 3-epoch val_loss 0.0845 ->
+        # 0.0937 (11%) with val_acc one sample apart.
+        tolerance = 2 / 359 + 1e-9 if name in ACCURACY else 0.15 * abs(float(x))
+        if name == "train_loss":
+            # One batch's loss (the summary line's "last step"): the same AVX-512 runs moved it 0.0248 -> 0.0326
+            # and 0.0564 -> 0.0326 where the validation numbers stayed within one sample.
+            tolerance = max(tolerance, 0.03)
         if abs(float(x) - float(y)) > tolerance:
             return False
     return True
