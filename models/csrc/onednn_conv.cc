@@ -816,25 +816,31 @@ int FromBlocked(int nparam, void **params, int *ndims, int64_t **shapes, const c
   });
 }
 
+// BatchNorm forward on the blocked tensor at params[x]: statistics computed (training) or read (global) at
+// params[mean], params[var]; gamma, beta at params[1], params[2]; y at params[y]; the workspace (the fused
+// ReLU's mask; bytes) at params[7].
+static void bn_forward(Bn *bn, void **params, int64_t **shapes, int y_at, int mean_at, int var_at, const char *what) {
+  if (shapes[7][0] < static_cast<int64_t>(bn->ws_bytes)) throw Failure{"workspace too small"};
+  std::lock_guard<std::mutex> g(runtime().exec_m);
+  Mem x(bn->data.md, params[0]), y(bn->data.md, params[y_at]), gamma(bn->stat.md, params[1]),
+      beta(bn->stat.md, params[2]), mean(bn->stat.md, params[mean_at]), var(bn->stat.md, params[var_at]);
+  std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, x.m},       {DNNL_ARG_DST, y.m},
+                                       {DNNL_ARG_SCALE, gamma.m}, {DNNL_ARG_SHIFT, beta.m},
+                                       {DNNL_ARG_MEAN, mean.m},   {DNNL_ARG_VARIANCE, var.m}};
+  std::unique_ptr<Mem> ws;
+  if (bn->ws_bytes) {
+    ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[7]);
+    args.push_back({DNNL_ARG_WORKSPACE, ws->m});
+  }
+  execute(bn->fwd.pd, bn->fwd.prim, args, what);
+}
+
 // BatchNorm training forward: x, gamma (C), beta (C), cfg (relu, eps bits) -> y, batch mean (C), batch
-// variance (C, biased, as normalization uses it), workspace (the fused ReLU's mask; bytes).
+// variance (C, biased, as normalization uses it), workspace.
 int BnTrainForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
   return guarded("BnTrainForward", 8, nparam, [&] {
     if (ndims[0] != 5) throw Failure{"takes a blocked tensor"};
-    Bn *bn = get_bn(bn_key(shapes[0], shapes[1][0], params[3]));
-    if (shapes[7][0] < static_cast<int64_t>(bn->ws_bytes)) throw Failure{"workspace too small"};
-    std::lock_guard<std::mutex> g(runtime().exec_m);
-    Mem x(bn->data.md, params[0]), y(bn->data.md, params[4]), gamma(bn->stat.md, params[1]),
-        beta(bn->stat.md, params[2]), mean(bn->stat.md, params[5]), var(bn->stat.md, params[6]);
-    std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, x.m},          {DNNL_ARG_DST, y.m},
-                                         {DNNL_ARG_SCALE, gamma.m},    {DNNL_ARG_SHIFT, beta.m},
-                                         {DNNL_ARG_MEAN, mean.m},      {DNNL_ARG_VARIANCE, var.m}};
-    std::unique_ptr<Mem> ws;
-    if (bn->ws_bytes) {
-      ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[7]);
-      args.push_back({DNNL_ARG_WORKSPACE, ws->m});
-    }
-    execute(bn->fwd.pd, bn->fwd.prim, args, "batch normalization");
+    bn_forward(get_bn(bn_key(shapes[0], shapes[1][0], params[3])), params, shapes, 4, 5, 6, "batch normalization");
   });
 }
 
@@ -842,20 +848,8 @@ int BnTrainForward(int nparam, void **params, int *ndims, int64_t **shapes, cons
 int BnGlobalForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
   return guarded("BnGlobalForward", 8, nparam, [&] {
     if (ndims[0] != 5) throw Failure{"takes a blocked tensor"};
-    Bn *bn = get_bn(bn_key(shapes[0], shapes[1][0], params[5]));
-    if (shapes[7][0] < static_cast<int64_t>(bn->ws_bytes)) throw Failure{"workspace too small"};
-    std::lock_guard<std::mutex> g(runtime().exec_m);
-    Mem x(bn->data.md, params[0]), y(bn->data.md, params[6]), gamma(bn->stat.md, params[1]),
-        beta(bn->stat.md, params[2]), mean(bn->stat.md, params[3]), var(bn->stat.md, params[4]);
-    std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, x.m},       {DNNL_ARG_DST, y.m},
-                                         {DNNL_ARG_SCALE, gamma.m}, {DNNL_ARG_SHIFT, beta.m},
-                                         {DNNL_ARG_MEAN, mean.m},   {DNNL_ARG_VARIANCE, var.m}};
-    std::unique_ptr<Mem> ws;
-    if (bn->ws_bytes) {
-      ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[7]);
-      args.push_back({DNNL_ARG_WORKSPACE, ws->m});
-    }
-    execute(bn->fwd.pd, bn->fwd.prim, args, "batch normalization (global statistics)");
+    bn_forward(get_bn(bn_key(shapes[0], shapes[1][0], params[5])), params, shapes, 6, 3, 4,
+               "batch normalization (global statistics)");
   });
 }
 
