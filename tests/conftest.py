@@ -22,6 +22,21 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = ["epochs=1", "padding.height=8", "padding.width=8", "model.width=8", "log_every=1000"]
 
 
+_USER_ISA = os.environ.get("ONEDNN_MAX_CPU_ISA")
+
+
+def pytest_collection_finish(session):
+    """Refuse a test module that sets ONEDNN_MAX_CPU_ISA when imported: collection imports every module in every
+    xdist worker, so the cap reached every subprocess a test starts with the worker's environment (a killed run,
+    a replay, a terminal), and on an AVX-512 CPU those children rounded differently from the runs they were
+    compared with bit for bit. Set it for one command through run_cli's or run_in_process's env."""
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") != _USER_ISA:
+        raise pytest.UsageError(
+            f"a test module set ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA')} when it was imported; "
+            "pass it to the one command that needs it (run_cli(..., env=...))"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _isa_check_as_in_a_fresh_process():
     """Each test meets the runner's one-ISA-per-process check (runner/training/environment.py

@@ -13,9 +13,6 @@ import numpy as np
 import pytest
 from conftest import metrics, run_cli, run_in_process
 
-os.environ.setdefault(
-    "ONEDNN_MAX_CPU_ISA", "AVX2"
-)  # before MindSpore loads in this process (docs/mindspore-notes.md#cpu-isa)
 FAULT = ["data.input_scale=1e5", "diagnose.patience=3"]
 
 
