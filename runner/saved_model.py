@@ -79,6 +79,9 @@ def before_mindspore(cfg: Any) -> None:
         log.warning("The run trained with model.conv=onednn, which runs native convolutions here: %s", e)
         cfg.model.conv = "native"
     cap_cpu_isa(cfg.device, cfg.model.conv)
+    from runner.training import compile_cache
+
+    compile_cache.quiet_messages(cfg)
 
 
 def build(cfg: Any, batch_size: Optional[int] = None, num_classes: Optional[int] = None) -> Tuple[Any, Any]:

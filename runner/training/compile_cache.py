@@ -156,6 +156,28 @@ def _off(reason: str, quiet: bool = False) -> dict:
     return {"state": "off", "reason": reason}
 
 
+LOG_VAR = "MS_SUBMODULE_LOG_v"
+# MindSpore's PIPELINE module warns on every compile through the cache, on stderr and in its own words: on a
+# first run "Open the hash file ... failed ... No such file" and "Check the consistency of dependency files
+# hash failed", on a hit "Use the compilation cache ... Be aware of correctness risks". The run's own line
+# says what the cache did (hit, miss, why), so the default path keeps MindSpore's pipeline to its errors.
+QUIET_PIPELINE = "{PIPELINE:3}"
+
+
+def quiet_messages(cfg) -> bool:
+    """Lower MindSpore's PIPELINE log to errors when the cache may be used; whether it did. Before MindSpore
+    loads (its logger reads MS_SUBMODULE_LOG_v once); a log level the user set (MS_SUBMODULE_LOG_v, GLOG_v)
+    wins."""
+    import sys
+
+    if not cfg.compile_cache.enabled or cfg.mode.name == "pynative" or "mindspore" in sys.modules:
+        return False
+    if LOG_VAR in os.environ or "GLOG_v" in os.environ:
+        return False
+    os.environ[LOG_VAR] = QUIET_PIPELINE
+    return True
+
+
 def _entry_script():
     """Why MindSpore's cache cannot work in this process, or None. MindSpore lists the graph's source files
     from the entry script it noted when it loaded (sys.argv[0]) and reads that file at every compile: under

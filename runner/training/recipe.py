@@ -144,6 +144,7 @@ def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
     conv = choose_conv(cfg)  # model.conv=best decides before the cap, which depends on the path
     isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
+    compile_cache.quiet_messages(cfg)  # before MindSpore loads too
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
     batch = distributed.local_batch(cfg.batch_size, world)
