@@ -796,7 +796,10 @@ int choose_block() {
 // only worth it where W' is dense (models/conv.py dense_feasible). Measured in one ResNet-18 training step
 // (64 px, batch 64, 2-core EPYC Zen 4, AVX-512, machine loaded ~4): a layer4 3x3 convolution took 8.9 / 8.8
 // / 15.1 ms (forward, backward-data, backward-weights, oneDNN's direct kernels) and 3 x 1.3 ms of weight
-// reorders; these three matmuls 6.6 ms each, building W' (twice) and folding dW' ~3.5 ms each.
+// reorders; these three matmuls 6.6 ms each, building W' (twice) and folding dW' ~3.5 ms each. W' is built
+// again for the backward-data pass rather than handed over from the forward as a workspace output: that
+// was slower (forward + backward 30-42 ms against 23-32, 4 alternated runs, same machine and load), its
+// 16 MB written into memory MindSpore hands out fresh at each step.
 struct Dense {
   int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, pt, pl, b, cb, ob, k_dim, m_dim;
   Prim fwd, bwd_data, bwd_weights;
