@@ -108,13 +108,15 @@ def _ms_steps(ms, net, steps: int, size: int, build_s: float) -> dict:
     import numpy as np
     from mindspore import Tensor, nn
 
-    paths = {}
-    for _, cell in net.cells_and_names():
-        if isinstance(cell, nn.Conv2d):
-            path = getattr(cell, "path", "native")
-            paths[path] = paths.get(path, 0) + 1
     from runner.models.blocked import body_layout
 
+    paths = {}
+    blocked = getattr(net, "blocked_body", False)
+    for _, cell in net.cells_and_names():
+        if isinstance(cell, nn.Conv2d):
+            # In a blocked body, what its operator there runs (the dense matmul, or oneDNN's convolution).
+            path = (blocked and getattr(cell, "bk_path", None)) or getattr(cell, "path", "native")
+            paths[path] = paths.get(path, 0) + 1
     paths["body " + body_layout(net)] = 1  # the layout kept between layers (models/blocked.py)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)

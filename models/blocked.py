@@ -104,6 +104,33 @@ def conv_op(kernel_size: int, stride: int, padding: int, b: int):
     return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
 
 
+def dense_op(kernel_size: int, stride: int, padding: int, b: int):
+    """`conv_op` for a layer whose every output pixel's window covers the whole input (models/conv.py
+    dense_feasible: layer4's 3x3 convolutions on 2x2 maps): one oneDNN matmul per pass on the blocked x and
+    y as they lie, the weight gathered into the dense (C*H*W, O*OH*OW) matrix in the operator (csrc Dense).
+    x blocked, w plain (O, C, k, k), its gradient likewise."""
+    so = onednn.library()
+
+    def y_shape(x, w, g):
+        side = [(x[i] + 2 * padding - kernel_size) // stride + 1 for i in (2, 3)]
+        return [x[0], blocks(w[0], b), side[0], side[1], b]
+
+    backward_data = ops.Custom(
+        f"{so}:DenseBackwardData", out_shape=lambda dy, w, x, g: x, out_dtype=lambda dy, w, x, g: x, func_type="aot"
+    )
+    backward_weights = ops.Custom(
+        f"{so}:DenseBackwardWeights", out_shape=lambda x, dy, w, g: w, out_dtype=lambda x, dy, w, g: w, func_type="aot"
+    )
+
+    def bprop(x, w, g, out, dout):
+        return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
+
+    forward = ops.Custom(
+        f"{so}:DenseForward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop
+    )
+    return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
+
+
 def bn_ops(relu: bool, eps: float, b: int):
     """BatchNorm on a blocked tensor, ReLU fused when `relu`: (with batch statistics, with global ones,
     their configuration tensors). Batch: (x, gamma, beta, cfg) -> (y, mean, biased variance, workspace);
@@ -227,8 +254,9 @@ def attach_bn(bn: nn.BatchNorm2d, b: int) -> None:
 
 # Set (to anything but 0) to keep bodies plain NCHW between layers, as before blocked bodies.
 OFF_VAR = "MINDSPORE_RUNNER_PLAIN_BODY"
-# Whether layers the per-layer choice gave im2col+MatMul or dense matmul run oneDNN on the blocked tensor
-# too (True) or their own path between two reorders (False).
+# Whether every layer of a blocked body runs oneDNN's convolution on the blocked tensor (True), or (False)
+# layers the per-layer choice gave im2col+MatMul their own path between two reorders and layers that are
+# one dense matmul (conv.dense_feasible) that matmul on the blocked tensor (dense_op).
 ALL_ONEDNN = os.environ.get("MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN", "") not in ("", "0")
 
 

@@ -151,10 +151,10 @@ def test_blocked_max_pool_matches_mindspores_forward_and_backward(graph_and_bloc
 class Conv(nn.Cell):
     """A convolution with a blocked output: from a plain input (the stem) or a blocked one."""
 
-    def __init__(self, cin, cout, k, s, p, b, plain_in):
+    def __init__(self, cin, cout, k, s, p, b, plain_in, dense=False):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
-        self.op, self.geometry = blocked.conv_op(k, s, p, b)
+        self.op, self.geometry = (blocked.dense_op if dense else blocked.conv_op)(k, s, p, b)
         self.to, _, self.cin = blocked.converters(cin, b)
         _, self.back, self.cout = blocked.converters(cout, b)
         self.plain_in = plain_in
@@ -176,6 +176,52 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
     assert_close(grads_of(mine, x), grads_of(mine.conv, x))
 
 
+# (cin, cout, k, stride, pad, size, batch): 12 and 20 channels are no multiple of a block; 3x3 on 2x2 maps
+# (layer4's), a strided one to 1x1, a 1x1 map; and 3x3 on 3x3, where the dense matrix is not dense (corner
+# pixels share no tap): the operator is exact for any geometry, dense_feasible only decides where it pays.
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (12, 20, 3, 1, 1, 2, 3),
+        (32, 16, 3, 1, 1, 2, 2),
+        (20, 12, 3, 2, 1, 2, 3),
+        (8, 24, 3, 1, 1, 1, 2),
+        (12, 8, 3, 1, 1, 3, 3),
+    ],
+    ids=str,
+)
+def test_the_blocked_dense_convolution_matches_nn_conv2d_forward_and_both_backward_passes(graph_and_block, shape):
+    cin, cout, k, s, p, size, batch = shape
+    mine = Conv(cin, cout, k, s, p, graph_and_block, plain_in=False, dense=True)
+    x = rand(batch, cin, size, size, seed=6)
+    assert_close(grads_of(mine, x), grads_of(mine.conv, x))
+
+
+def test_the_blocked_dense_convolution_leaves_padded_channels_zero(graph_and_block):
+    # The next layer reads the padded channels of y (and the previous one those of dx) as zeros.
+    b = graph_and_block
+    cin, cout = b + 4, b + 3
+    op, geometry = blocked.dense_op(3, 1, 1, b)
+    to, _, like = blocked.converters(cin, b)
+    w = rand(cout, cin, 3, 3, seed=2)
+
+    class Net(nn.Cell):
+        def construct(self, x):
+            return op(x, w, geometry)
+
+    class Blocked(nn.Cell):
+        def construct(self, x):
+            return to(x, like)
+
+    x = Blocked()(rand(3, cin, 2, 2, seed=3))
+    y = Net()(x).asnumpy()
+    assert y.shape == (3, 2, 2, 2, b)
+    assert np.abs(y[:, 1, :, :, cout - b :]).max() == 0 and np.abs(y[:, 1, :, :, : cout - b]).max() > 0
+    dy = rand(*y.shape, seed=4)  # nonzero in the padded channels too, which must not reach dx
+    dx = ops.GradOperation(sens_param=True)(Net())(x, dy).asnumpy()
+    assert np.abs(dx[:, 1, :, :, cin - b :]).max() == 0 and np.abs(dx[:, 1, :, :, : cin - b]).max() > 0
+
+
 def twins(depth, style, width, size, conv="onednn"):
     """The same ResNet twice with the same parameters: blocked body, and plain."""
     ms.set_seed(0)
@@ -195,6 +241,11 @@ def twins(depth, style, width, size, conv="onednn"):
 )
 def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_block, depth, style, width, size):
     blocked_net, plain_net = twins(depth, style, width, size)
+    # The last stage's 3x3 convolutions on 2x2 maps (all but the strided one) run the blocked dense matmul.
+    dense = [n for n, c in blocked_net.cells_and_names() if getattr(c, "bk_path", "") == "dense"]
+    last = "layer4" if depth == 18 else "layer3"
+    blocks = 2 if depth == 18 else 3
+    assert dense == [f"{last}.0.conv2"] + [f"{last}.{i}.conv{j}" for i in range(1, blocks) for j in (1, 2)]
     x, y = rand(4, 3, size, size, seed=7), Tensor(np.array([1, 2, 3, 4], np.int32))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     results = []

@@ -49,6 +49,7 @@ class _LayerCounter:
         self.conv = self.dense = self.activations = self.layers = 0
         self.paths: dict = {}  # convolution algorithm (models/conv.py) -> layers and forward FLOPs it ran
         self.names = {id(cell): name for name, cell in net.cells_and_names()}  # which layer took which path
+        self.blocked = False  # whether the body runs blocked (its cells are probed plain: plain_bodies)
 
     def hook(self, net) -> list:
         """Register the hooks on net's cells; their handles."""
@@ -71,7 +72,7 @@ class _LayerCounter:
         flops = 2 * cout * hout * wout * cin * kh * kw
         self.conv += flops
         entry = self.paths.setdefault(
-            conv_path(cell, inputs[0].shape), {"layers": 0, "forward_flops_per_sample": 0, "names": []}
+            conv_path(cell, inputs[0].shape, self.blocked), {"layers": 0, "forward_flops_per_sample": 0, "names": []}
         )
         entry["layers"] += 1
         entry["forward_flops_per_sample"] += flops
@@ -96,6 +97,7 @@ def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, w
     from runner.models.blocked import body_layout, plain_bodies
 
     layout = body_layout(net)
+    counter.blocked = layout != "nchw"
     mode, training = ms.get_context("mode"), net.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
     handles = counter.hook(net)
@@ -111,14 +113,18 @@ def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, w
     return layout
 
 
-def conv_path(cell, input_shape) -> str:
+def conv_path(cell, input_shape, blocked: bool = False) -> str:
     """The algorithm a convolution cell runs on this input: "native", "gemm", "dense" or "onednn"
-    (models/conv.py).
+    (models/conv.py); in a blocked body (`blocked`) what its blocked operator runs (PathConv2d.bk_path).
 
-    A gemm or dense cell built for another input size compiles to the native convolution, so it counts
-    as such.
+    A gemm or dense cell built for another input size compiles to the native convolution (in a blocked
+    body: to oneDNN's), so it counts as such.
     """
     path = getattr(cell, "path", "native")
+    if blocked and hasattr(cell, "bk_path"):
+        path = cell.bk_path
+        if path == "dense":
+            return path if tuple(input_shape[2:]) == (cell.size, cell.size) else "onednn"
     if path == "dense" and tuple(input_shape[2:]) != (cell.size, cell.size):
         return "native"
     if path != "gemm":
