@@ -79,9 +79,9 @@ def converters(channels: int, b: int):
     return to, frm, Tensor(np.zeros(channels, np.float32))
 
 
-def conv_op(kernel_size: int, stride: int, padding: int, b: int):
-    """A square convolution (x, w, geometry) -> blocked y, with its backward: x blocked, or plain (the stem,
-    whose input is the image); w plain (O, C, k, k) as the cell holds it, its gradient likewise."""
+def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int):
+    """The forward operator `kind`Forward (x, w, geometry) -> blocked y, with `kind`BackwardData and
+    `kind`BackwardWeights as its backward, and the geometry tensor: "Conv" or "Dense" (csrc)."""
     so = onednn.library()
 
     def y_shape(x, w, g):
@@ -89,19 +89,28 @@ def conv_op(kernel_size: int, stride: int, padding: int, b: int):
         return [x[0], blocks(w[0], b), side[0], side[1], b]
 
     backward_data = ops.Custom(
-        f"{so}:ConvBackwardData", out_shape=lambda dy, w, x, g: x, out_dtype=lambda dy, w, x, g: x, func_type="aot"
+        f"{so}:{kind}BackwardData", out_shape=lambda dy, w, x, g: x, out_dtype=lambda dy, w, x, g: x, func_type="aot"
     )
     backward_weights = ops.Custom(
-        f"{so}:ConvBackwardWeights", out_shape=lambda x, dy, w, g: w, out_dtype=lambda x, dy, w, g: w, func_type="aot"
+        f"{so}:{kind}BackwardWeights",
+        out_shape=lambda x, dy, w, g: w,
+        out_dtype=lambda x, dy, w, g: w,
+        func_type="aot",
     )
 
     def bprop(x, w, g, out, dout):
         return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
 
     forward = ops.Custom(
-        f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop
+        f"{so}:{kind}Forward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop
     )
     return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
+
+
+def conv_op(kernel_size: int, stride: int, padding: int, b: int):
+    """A square convolution (x, w, geometry) -> blocked y, with its backward: x blocked, or plain (the stem,
+    whose input is the image); w plain (O, C, k, k) as the cell holds it, its gradient likewise."""
+    return _conv_ops("Conv", kernel_size, stride, padding, b)
 
 
 def dense_op(kernel_size: int, stride: int, padding: int, b: int):
@@ -109,26 +118,7 @@ def dense_op(kernel_size: int, stride: int, padding: int, b: int):
     dense_feasible: layer4's 3x3 convolutions on 2x2 maps): one oneDNN matmul per pass on the blocked x and
     y as they lie, the weight gathered into the dense (C*H*W, O*OH*OW) matrix in the operator (csrc Dense).
     x blocked, w plain (O, C, k, k), its gradient likewise."""
-    so = onednn.library()
-
-    def y_shape(x, w, g):
-        side = [(x[i] + 2 * padding - kernel_size) // stride + 1 for i in (2, 3)]
-        return [x[0], blocks(w[0], b), side[0], side[1], b]
-
-    backward_data = ops.Custom(
-        f"{so}:DenseBackwardData", out_shape=lambda dy, w, x, g: x, out_dtype=lambda dy, w, x, g: x, func_type="aot"
-    )
-    backward_weights = ops.Custom(
-        f"{so}:DenseBackwardWeights", out_shape=lambda x, dy, w, g: w, out_dtype=lambda x, dy, w, g: w, func_type="aot"
-    )
-
-    def bprop(x, w, g, out, dout):
-        return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
-
-    forward = ops.Custom(
-        f"{so}:DenseForward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop
-    )
-    return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
+    return _conv_ops("Dense", kernel_size, stride, padding, b)
 
 
 def bn_ops(relu: bool, eps: float, b: int):
