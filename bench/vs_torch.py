@@ -18,6 +18,7 @@ frameworks fairly: under load PyTorch's OpenMP threads degrade more than MindSpo
     python bench/vs_torch.py --reps 3 --models resnet18@64 --conv best,best-plain  # blocked body or not
     python bench/vs_torch.py --zoo resnet18,mobilenet_v3_small_100 --models none
     python bench/vs_torch.py --layers-only
+    python bench/vs_torch.py --reps 3 --models resnet18@64 --conv best,best-plain --torch-python none
 
 PyTorch is not a dependency: install it into a separate venv (python -m venv .venv-bench &&
 .venv-bench/bin/pip install torch) and pass its interpreter as --torch-python. Not part of the runner.
@@ -369,7 +370,11 @@ def main():
     )
     p.add_argument("--models", default="resnet18@64,resnet18@224,resnet50@64", help="resnet<depth>@<px>, or none")
     p.add_argument("--zoo", default="", help="MindCV architectures to train native and with oneDNN convolutions")
-    p.add_argument("--torch-python", default=sys.executable, help="the interpreter with PyTorch (a bench venv)")
+    p.add_argument(
+        "--torch-python",
+        default=sys.executable,
+        help="the interpreter with PyTorch (a bench venv); none: MindSpore variants only, against the first",
+    )
     p.add_argument("--layers-only", action="store_true", help="only the per-layer table")
     p.add_argument("--layers", action="store_true", help="also the per-layer table (resnet18 at 64 px)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -381,7 +386,9 @@ def main():
         for model in [m for m in args.models.split(",") if m and m != "none"]:
             name, size = model.split("@")
             depth = int(name.removeprefix("resnet"))
-            variants = [f"ms:{c}" for c in args.conv.split(",")] + ["torch", "torch-compile-cl"]
+            variants = [f"ms:{c}" for c in args.conv.split(",")]
+            if args.torch_python != "none":
+                variants += ["torch", "torch-compile-cl"]
             compare(args, f"{name} (imagenet stem) {size}x{size}", [f"{v}@{depth}x{size}" for v in variants])
         for arch in [a for a in args.zoo.split(",") if a]:
             compare(args, f"MindCV {arch} {SIZE}x{SIZE}", [f"zoo:{arch}:native", f"zoo:{arch}:onednn"])
