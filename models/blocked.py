@@ -172,18 +172,6 @@ def bn_ops(relu: bool, eps: float, b: int):
     return batch, glob, cfg[0], cfg[1]
 
 
-def moving_update_op():
-    """(moving mean, moving variance, batch mean, biased batch variance, factors (keep, take, unbias)) -> the
-    new running statistics, in one operator (MindSpore's arithmetic, op for op)."""
-    so = onednn.library()
-
-    def bprop(mm, mv, mean, var, factors, out, dout):
-        return tuple(ops.zeros_like(t) for t in (mm, mv, mean, var, factors))
-
-    same = lambda mm, mv, mean, var, factors: (mm, mv)  # noqa: E731
-    return ops.Custom(f"{so}:BnMovingUpdate", out_shape=same, out_dtype=same, func_type="aot", bprop=bprop)
-
-
 def add_relu_op():
     """(a, b) -> relu(a + b) on two tensors of one layout, with its backward (the same gradient to both)."""
     so = onednn.library()
@@ -223,13 +211,12 @@ def bn_blocked(self, x, relu: bool):
     use_batch = self.training if self.use_batch_statistics is None else self.use_batch_statistics
     if use_batch:
         y, mean, var, _ = batch_op(x, self.gamma, self.beta, batch_cfg)
+        mean = ops.stop_gradient(mean)
         count = x.shape[0] * x.shape[2] * x.shape[3]
+        var = ops.stop_gradient(var) * (count / max(count - 1, 1))
         m = self.momentum  # MindSpore's: the batch statistics' weight (1 - nn.BatchNorm2d's momentum)
-        factors = Tensor([1.0 - m, m, count / max(count - 1, 1)], mstype.float32)
-        mean, var = ops.stop_gradient(mean), ops.stop_gradient(var)
-        new_mean, new_var = self.bk_update(self.moving_mean, self.moving_variance, mean, var, factors)
-        y = ops.depend(y, ops.assign(self.moving_mean, new_mean))
-        y = ops.depend(y, ops.assign(self.moving_variance, new_var))
+        y = ops.depend(y, ops.assign(self.moving_mean, self.moving_mean * (1.0 - m) + mean * m))
+        y = ops.depend(y, ops.assign(self.moving_variance, self.moving_variance * (1.0 - m) + var * m))
         return y
     return global_op(x, self.gamma, self.beta, self.moving_mean, self.moving_variance, global_cfg)[0]
 
@@ -239,7 +226,6 @@ def attach_bn(bn: nn.BatchNorm2d, b: int) -> None:
     a subclass would escape amp=o1's rewrite, which matches cell classes exactly)."""
     bn.bk_ops = bn_ops(False, bn.eps, b)
     bn.bk_relu_ops = bn_ops(True, bn.eps, b)
-    bn.bk_update = moving_update_op()
 
 
 # Set (to anything but 0) to keep bodies plain NCHW between layers, as before blocked bodies.

@@ -1025,29 +1025,6 @@ int BnBackward(int nparam, void **params, int *ndims, int64_t **shapes, const ch
   });
 }
 
-// The running statistics as MindSpore's BatchNorm updates them: moving mean, moving variance, batch mean,
-// batch variance (biased), factors (keep, take, unbias) -> new moving mean, new moving variance, with
-// new = old * keep + batch * take and the variance unbiased first (var * unbias). One operator for the nine
-// elementwise ones (and their launches) a BatchNorm cost per step; float32 products and sums in MindSpore's
-// order, so the statistics are the same bits.
-int BnMovingUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **, void *, void *) {
-  return guarded("BnMovingUpdate", 7, nparam, [&] {
-    if (ndims[0] != 1 || shapes[4][0] != 3) throw Failure{"takes (C) statistics and 3 factors"};
-    const float *mm = static_cast<float *>(params[0]), *mv = static_cast<float *>(params[1]);
-    const float *mean = static_cast<float *>(params[2]), *var = static_cast<float *>(params[3]);
-    const float *f = static_cast<float *>(params[4]);
-    float *new_mean = static_cast<float *>(params[5]), *new_var = static_cast<float *>(params[6]);
-    const float keep = f[0], take = f[1], unbias = f[2];
-    for (int64_t i = 0; i < shapes[0][0]; ++i) {
-      const float kept_mean = mm[i] * keep, taken_mean = mean[i] * take;
-      new_mean[i] = kept_mean + taken_mean;
-      const float unbiased = var[i] * unbias;
-      const float kept_var = mv[i] * keep, taken_var = unbiased * take;
-      new_var[i] = kept_var + taken_var;
-    }
-  });
-}
-
 // The workspace bytes of a BatchNorm on blocked (n, c, h, w) memory with block b.
 int64_t BnWorkspaceBytes(int64_t n, int64_t c, int64_t h, int64_t w, int64_t b, int64_t relu, int64_t eps_bits,
                          int64_t global) {
