@@ -119,12 +119,14 @@ class PathConv2d(nn.Conv2d):
             return self.bk_dense(x, self.weight, self.bk_geometry)
         return self.bk_conv(x, self.weight, self.bk_geometry)
 
-    def attach_blocked(self, b: int, via_plain: bool) -> None:
+    def attach_blocked(self, b: int, via_plain: bool, choose_dense: bool = False) -> None:
         """Make the operators `blocked` runs for block size b; via_plain: keep this layer's own path.
 
-        A layer on which the convolution is one dense matmul (`dense_feasible`) runs it on the blocked tensors
-        as they lie (blocked.dense_op), whatever the per-layer choice (onednn, gemm or dense) was: no choice
-        is timed for it (a gemm or dense layer would run between two reorders). Its matmuls compute only the
+        choose_dense (model.conv=best, which picks each layer's algorithm; not an explicit onednn, which asks
+        for oneDNN's convolution in every layer): a layer on which the convolution is one dense matmul
+        (`dense_feasible`) runs it on the blocked tensors as they lie (blocked.dense_op), whatever best's
+        per-layer choice (onednn, gemm or dense) was: no choice is timed for it (a gemm or dense layer would
+        run between two reorders). Its matmuls compute only the
         taps that read the input (4 of 9 on a 2x2 map) at oneDNN's matmul speed and need no activation
         reorders. Measured on ResNet-18's layer4 3x3 (512 channels, 2x2, batch 64, forward + both backward
         passes; 2-core EPYC Zen 4, machine loaded): 26-36 ms against oneDNN's direct kernels' 33-62 with
@@ -132,7 +134,7 @@ class PathConv2d(nn.Conv2d):
         plain oneDNN by `_measured`) is what runs outside blocked bodies."""
         from runner.models import blocked
 
-        dense = not blocked.ALL_ONEDNN and dense_feasible(self.k, self.s, self.p, self.size)
+        dense = choose_dense and not blocked.ALL_ONEDNN and dense_feasible(self.k, self.s, self.p, self.size)
         self.bk_via_plain = via_plain and not dense
         self.bk_dense = None
         self.bk_path = self.path if self.bk_via_plain else "onednn"

@@ -149,7 +149,7 @@ class ResNet(nn.Cell):
         if conv_path in ("onednn", "best") and any(
             getattr(c, "path", "") == "onednn" for _, c in self.cells_and_names()
         ):
-            why = self.attach_blocked(stem_pool)
+            why = self.attach_blocked(stem_pool, choose_dense=conv_path == "best")
             if why:
                 log.info("model.conv=%s: the network body runs plain NCHW between layers: %s", conv_path, why)
 
@@ -188,8 +188,9 @@ class ResNet(nn.Cell):
                 x = block.blocked(x)
         return self.bk_from(x, self.bk_channels)
 
-    def attach_blocked(self, stem_pool: str) -> str:
-        """Make the blocked body's operators (models/blocked.py) and switch it on; "" when done, else why not."""
+    def attach_blocked(self, stem_pool: str, choose_dense: bool = False) -> str:
+        """Make the blocked body's operators (models/blocked.py) and switch it on; "" when done, else why not.
+        choose_dense: model.conv=best, whose layers may run the dense matmul (PathConv2d.attach_blocked)."""
         from runner.models import blocked
         from runner.models.conv import PathConv2d
         from runner.models.errors import ModelError
@@ -210,7 +211,7 @@ class ResNet(nn.Cell):
             return "oneDNN has no fast convolution kernels on a blocked format on this CPU"
         for _, cell in self.cells_and_names():
             if isinstance(cell, PathConv2d):
-                cell.attach_blocked(b, via_plain=cell.path != "onednn" and not blocked.ALL_ONEDNN)
+                cell.attach_blocked(b, cell.path != "onednn" and not blocked.ALL_ONEDNN, choose_dense)
             elif isinstance(cell, nn.BatchNorm2d):
                 blocked.attach_bn(cell, b)
             elif isinstance(cell, (BasicBlock, Bottleneck)):

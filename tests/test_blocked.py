@@ -240,12 +240,16 @@ def twins(depth, style, width, size, conv="onednn"):
     ids=["resnet18-imagenet-stem", "resnet20-cifar"],
 )
 def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_block, depth, style, width, size):
-    blocked_net, plain_net = twins(depth, style, width, size)
+    # model.conv=best (these widths are below what it times: every layer oneDNN, as without a timing cache).
+    blocked_net, plain_net = twins(depth, style, width, size, conv="best")
     # The last stage's 3x3 convolutions on 2x2 maps (all but the strided one) run the blocked dense matmul.
     dense = [n for n, c in blocked_net.cells_and_names() if getattr(c, "bk_path", "") == "dense"]
     last = "layer4" if depth == 18 else "layer3"
     blocks = 2 if depth == 18 else 3
     assert dense == [f"{last}.0.conv2"] + [f"{last}.{i}.conv{j}" for i in range(1, blocks) for j in (1, 2)]
+    # An explicit model.conv=onednn asks for oneDNN's convolution in every layer, and gets it.
+    asked = resnet(style, depth, width, 10, 3, size, conv="onednn")
+    assert asked.blocked_body and not [c for _, c in asked.cells_and_names() if getattr(c, "bk_path", "") == "dense"]
     x, y = rand(4, 3, size, size, seed=7), Tensor(np.array([1, 2, 3, 4], np.int32))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     results = []
