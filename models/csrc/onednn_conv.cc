@@ -966,6 +966,15 @@ int FromBlocked(int nparam, void **params, int *ndims, int64_t **shapes, const c
   });
 }
 
+// The workspace (the fused ReLU's mask) at `at` added to a BatchNorm's arguments, where it has one; the
+// returned memory must outlive the execution.
+static std::unique_ptr<Mem> bn_workspace(Bn *bn, void *at, std::vector<dnnl_exec_arg_t> &args) {
+  if (!bn->ws_bytes) return nullptr;
+  auto ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), at);
+  args.push_back({DNNL_ARG_WORKSPACE, ws->m});
+  return ws;
+}
+
 // BatchNorm forward on the blocked tensor at params[x]: statistics computed (training) or read (global) at
 // params[mean], params[var]; gamma, beta at params[1], params[2]; y at params[y]; the workspace (the fused
 // ReLU's mask; bytes) at params[7].
@@ -977,11 +986,7 @@ static void bn_forward(Bn *bn, void **params, int64_t **shapes, int y_at, int me
   std::vector<dnnl_exec_arg_t> args = {{DNNL_ARG_SRC, x.m},       {DNNL_ARG_DST, y.m},
                                        {DNNL_ARG_SCALE, gamma.m}, {DNNL_ARG_SHIFT, beta.m},
                                        {DNNL_ARG_MEAN, mean.m},   {DNNL_ARG_VARIANCE, var.m}};
-  std::unique_ptr<Mem> ws;
-  if (bn->ws_bytes) {
-    ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[7]);
-    args.push_back({DNNL_ARG_WORKSPACE, ws->m});
-  }
+  std::unique_ptr<Mem> ws = bn_workspace(bn, params[7], args);
   execute(bn->fwd.pd, bn->fwd.prim, args, what);
 }
 
@@ -1016,11 +1021,7 @@ int BnBackward(int nparam, void **params, int *ndims, int64_t **shapes, const ch
                                          {DNNL_ARG_SCALE, gamma.m},      {DNNL_ARG_MEAN, mean.m},
                                          {DNNL_ARG_VARIANCE, var.m},     {DNNL_ARG_DIFF_SRC, dx.m},
                                          {DNNL_ARG_DIFF_SCALE, dgamma.m}, {DNNL_ARG_DIFF_SHIFT, dbeta.m}};
-    std::unique_ptr<Mem> ws;
-    if (bn->ws_bytes) {
-      ws = std::make_unique<Mem>(dnnl_primitive_desc_query_md(bn->fwd.pd, dnnl_query_workspace_md, 0), params[5]);
-      args.push_back({DNNL_ARG_WORKSPACE, ws->m});
-    }
+    std::unique_ptr<Mem> ws = bn_workspace(bn, params[5], args);
     execute(bn->bwd.pd, bn->bwd.prim, args, "batch normalization backward");
   });
 }
