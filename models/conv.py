@@ -126,11 +126,12 @@ class PathConv2d(nn.Conv2d):
         for oneDNN's convolution in every layer): a layer on which the convolution is one dense matmul
         (`dense_feasible`) runs it on the blocked tensors as they lie (blocked.dense_op), whatever best's
         per-layer choice (onednn, gemm or dense) was: no choice is timed for it (a gemm or dense layer would
-        run between two reorders). Its matmuls compute only the taps that read the input (4 of 9 on a 2x2 map)
-        at oneDNN's matmul speed and need no activation reorders. Measured on ResNet-18's layer4 3x3 (512
-        channels, 2x2, batch 64, forward + both backward passes; 2-core EPYC Zen 4, machine loaded): 26-36 ms against oneDNN's direct kernels' 33-62 with
-        AVX-512, 27 against 64-79 under the AVX2 cap. The plain dense path (MindSpore's matmul, timed against
-        plain oneDNN by `_measured`) is what runs outside blocked bodies."""
+        run between two reorders). Its matmuls compute only the taps that read the input (4 of 9 on a 2x2
+        map) at oneDNN's matmul speed and need no activation reorders. Measured on ResNet-18's layer4 3x3
+        (512 channels, 2x2, batch 64, forward + both backward passes; 2-core EPYC Zen 4, machine loaded):
+        26-36 ms against oneDNN's direct kernels' 33-62 with AVX-512, 27 against 64-79 under the AVX2 cap.
+        The plain dense path (MindSpore's matmul, timed against plain oneDNN by `_measured`) is what runs
+        outside blocked bodies."""
         from runner.models import blocked
 
         dense = choose_dense and not blocked.ALL_ONEDNN and dense_feasible(self.k, self.s, self.p, self.size)
