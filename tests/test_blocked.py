@@ -327,3 +327,14 @@ def test_a_default_run_records_its_blocked_body_and_evaluates_and_exports_to_its
     proc = run_module("runner.export", f"run={tiny_run}", "format=mindir", "parity_samples=10")
     record = json.loads((outputs_of(proc) / "export.json").read_text())
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
+
+
+def test_the_all_onednn_switch_keeps_dense_feasible_layers_on_onednns_convolution(graph_and_block, monkeypatch):
+    # MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN=1 (read into blocked.ALL_ONEDNN when the module loads).
+    def dense_layers():
+        net = resnet("imagenet", 18, 8, 10, 3, 64, conv="best")
+        return [n for n, c in net.cells_and_names() if getattr(c, "bk_path", "") == "dense"]
+
+    assert dense_layers() == ["layer4.0.conv2", "layer4.1.conv1", "layer4.1.conv2"]
+    monkeypatch.setattr(blocked, "ALL_ONEDNN", True)
+    assert dense_layers() == []
