@@ -131,6 +131,18 @@ def test_add_relu_matches_mindspore_forward_and_both_input_gradients(graph_and_b
     assert_close(grads_of(Around(AddRelu(b), 24, 24, b), x, y), grads_of(AddRelu(), x, y))
 
 
+def test_add_relu_is_exact_on_lengths_its_vector_loops_do_not_divide(graph_and_block):
+    # 3 x 4099 floats: the two threads' halves end mid-vector on every width, so each loop's tail runs;
+    # a NaN passes through relu(a + b) as MindSpore's Relu passes it, and the gradient is dy where y > 0.
+    a, c = np.random.RandomState(1).randn(2, 3, 4099).astype(np.float32)
+    a[0, :5] = [np.nan, -0.0, 0.0, np.inf, -np.inf]
+    y, da, dc = grads_of(AddRelu(graph_and_block), Tensor(a), Tensor(c))
+    want = np.maximum(a + c, 0)  # NaN propagates, as in np.maximum
+    assert np.array_equal(y, want, equal_nan=True)
+    dy = rand(3, 4099, seed=9).asnumpy()
+    assert np.array_equal(da, np.where(want > 0, dy, 0)) and np.array_equal(dc, da)
+
+
 class Pool(nn.Cell):
     def __init__(self, b=0):
         super().__init__()

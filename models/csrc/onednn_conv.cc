@@ -722,6 +722,26 @@ void elementwise(int64_t count, const std::function<void(int64_t, int64_t)> &fn)
   rt.pool.parallel_for(parts, [&](int i, int n) { fn(count * i / n, count * (i + 1) / n); });
 }
 
+// The residual block's elementwise loops, one copy per vector width (chosen when the library loads: the file
+// may be built on one CPU and loaded on another). -O2 alone left them scalar (GCC's very-cheap cost model,
+// and the pointers may alias): AddRelu and ReluBackward then took 4% of a ResNet-18 64 px step (6 GB/s).
+// Both are exact, so the vector width does not change a result. Clang vectorizes at -O2 by itself; other
+// architectures (an aarch64 Ascend host) get the compiler's default.
+#if defined(__x86_64__) && defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__)
+#define VECTOR_CLONES \
+  __attribute__((target_clones("avx512f", "avx2", "default"), optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define VECTOR_CLONES
+#endif
+VECTOR_CLONES void add_relu(const float *__restrict a, const float *__restrict b, float *__restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::max(a[i] + b[i], 0.0f);
+}
+VECTOR_CLONES void relu_mask(const float *__restrict dy, const float *__restrict y, float *__restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
 int64_t elements(int nd, const int64_t *shape) {
   int64_t e = 1;
   for (int i = 0; i < nd; ++i) e *= shape[i];
@@ -1090,9 +1110,8 @@ int AddRelu(int nparam, void **params, int *ndims, int64_t **shapes, const char 
   return guarded("AddRelu", 3, nparam, [&] {
     const float *a = static_cast<float *>(params[0]), *b = static_cast<float *>(params[1]);
     float *y = static_cast<float *>(params[2]);
-    elementwise(elements(ndims[2], shapes[2]), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) y[i] = std::max(a[i] + b[i], 0.0f);
-    });
+    elementwise(elements(ndims[2], shapes[2]),
+                [&](int64_t lo, int64_t hi) { add_relu(a + lo, b + lo, y + lo, hi - lo); });
   });
 }
 
@@ -1101,9 +1120,8 @@ int ReluBackward(int nparam, void **params, int *ndims, int64_t **shapes, const 
   return guarded("ReluBackward", 3, nparam, [&] {
     const float *dy = static_cast<float *>(params[0]), *y = static_cast<float *>(params[1]);
     float *dx = static_cast<float *>(params[2]);
-    elementwise(elements(ndims[2], shapes[2]), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-    });
+    elementwise(elements(ndims[2], shapes[2]),
+                [&](int64_t lo, int64_t hi) { relu_mask(dy + lo, y + lo, dx + lo, hi - lo); });
   });
 }
 }
