@@ -132,8 +132,9 @@ def test_add_relu_matches_mindspore_forward_and_both_input_gradients(graph_and_b
 
 
 def test_add_relu_is_exact_on_lengths_its_vector_loops_do_not_divide(graph_and_block):
-    # 3 x 4099 floats: the two threads' halves end mid-vector on every width, so each loop's tail runs;
-    # a NaN passes through relu(a + b) as MindSpore's Relu passes it, and the gradient is dy where y > 0.
+    # 3 x 4099 floats: no vector width divides the length or the threads' shares, so each loop's tail runs.
+    # A NaN passes through relu(a + b) (as std::max and PyTorch's relu pass it; MindSpore's CPU Relu gives 0),
+    # and the gradient is dy where y > 0.
     a, c = np.random.RandomState(1).randn(2, 3, 4099).astype(np.float32)
     a[0, :5] = [np.nan, -0.0, 0.0, np.inf, -np.inf]
     y, da, dc = grads_of(AddRelu(graph_and_block), Tensor(a), Tensor(c))
