@@ -79,9 +79,10 @@ def converters(channels: int, b: int):
     return to, frm, Tensor(np.zeros(channels, np.float32))
 
 
-def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int):
-    """The forward operator `kind`Forward (x, w, geometry) -> blocked y, with `kind`BackwardData and
-    `kind`BackwardWeights as its backward, and the geometry tensor: "Conv" or "Dense" (csrc)."""
+def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int, data_kind: str = ""):
+    """The forward operator `kind`Forward (x, w, geometry) -> blocked y, with (`data_kind` or
+    `kind`)BackwardData and `kind`BackwardWeights as its backward, and the geometry tensor: "Conv", "Dense"
+    or "Winograd" (csrc)."""
     so = onednn.library()
 
     def y_shape(x, w, g):
@@ -89,7 +90,10 @@ def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int):
         return [x[0], blocks(w[0], b), side[0], side[1], b]
 
     backward_data = ops.Custom(
-        f"{so}:{kind}BackwardData", out_shape=lambda dy, w, x, g: x, out_dtype=lambda dy, w, x, g: x, func_type="aot"
+        f"{so}:{data_kind or kind}BackwardData",
+        out_shape=lambda dy, w, x, g: x,
+        out_dtype=lambda dy, w, x, g: x,
+        func_type="aot",
     )
     backward_weights = ops.Custom(
         f"{so}:{kind}BackwardWeights",
@@ -107,9 +111,16 @@ def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int):
     return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
 
 
-def conv_op(kernel_size: int, stride: int, padding: int, b: int):
+def conv_op(kernel_size: int, stride: int, padding: int, b: int, winograd_dw: bool = False):
     """A square convolution (x, w, geometry) -> blocked y, with its backward: x blocked, or plain (the stem,
-    whose input is the image); w plain (O, C, k, k) as the cell holds it, its gradient likewise."""
+    whose input is the image); w plain (O, C, k, k) as the cell holds it, its gradient likewise.
+    winograd_dw: the weight gradient by Winograd's F(2x2, 3x3) where the call's shapes allow it (3x3, stride
+    1, pad 1, even maps up to 4x4; models/conv.py winograd_feasible), oneDNN's kernel elsewhere (csrc
+    WinogradBackwardWeights)."""
+    if winograd_dw:
+        # A forward of its own name (csrc WinogradForward is ConvForward): in graph mode MindSpore gives
+        # Custom operators of one function one backward, so ConvForward's would run in its place.
+        return _conv_ops("Winograd", kernel_size, stride, padding, b, data_kind="Conv")
     return _conv_ops("Conv", kernel_size, stride, padding, b)
 
 
@@ -231,8 +242,9 @@ def attach_bn(bn: nn.BatchNorm2d, b: int) -> None:
 # Set (to anything but 0) to keep bodies plain NCHW between layers, as before blocked bodies.
 OFF_VAR = "MINDSPORE_RUNNER_PLAIN_BODY"
 # Whether every layer of a blocked body runs oneDNN's convolution on the blocked tensor (True), or (False)
-# layers the per-layer choice gave im2col+MatMul their own path between two reorders and layers that are
-# one dense matmul (conv.dense_feasible) that matmul on the blocked tensor (dense_op).
+# layers the per-layer choice gave im2col+MatMul their own path between two reorders, layers that are
+# one dense matmul (conv.dense_feasible) that matmul on the blocked tensor (dense_op), and 3x3 layers on 4x4
+# maps (conv.winograd_feasible) their weight gradient by Winograd (conv_op(winograd_dw=True)).
 ALL_ONEDNN = os.environ.get("MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN", "") not in ("", "0")
 
 

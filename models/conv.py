@@ -131,18 +131,24 @@ class PathConv2d(nn.Conv2d):
         (512 channels, 2x2, batch 64, forward + both backward passes; 2-core EPYC Zen 4, machine loaded):
         26-36 ms against oneDNN's direct kernels' 33-62 with AVX-512, 27 against 64-79 under the AVX2 cap.
         The plain dense path (MindSpore's matmul, timed against plain oneDNN by `_measured`) is what runs
-        outside blocked bodies."""
+        outside blocked bodies. Likewise a layer that `winograd_feasible` names (layer3's 3x3 convolutions on
+        4x4 maps) computes its weight gradient by Winograd on the blocked tensors ("winograd-dw": oneDNN's
+        forward and backward-data kernels, blocked.conv_op(winograd_dw=True))."""
         from runner.models import blocked
 
-        dense = choose_dense and not blocked.ALL_ONEDNN and dense_feasible(self.k, self.s, self.p, self.size)
-        self.bk_via_plain = via_plain and not dense
+        chosen = choose_dense and not blocked.ALL_ONEDNN
+        dense = chosen and dense_feasible(self.k, self.s, self.p, self.size)
+        winograd = chosen and winograd_feasible(self.k, self.s, self.p, self.size)
+        self.bk_via_plain = via_plain and not (dense or winograd)
         self.bk_dense = None
         self.bk_path = self.path if self.bk_via_plain else "onednn"
         if self.bk_via_plain:
             _, self.bk_from, self.bk_cin = blocked.converters(self.in_channels, b)
             self.bk_to, _, self.bk_cout = blocked.converters(self.out_channels, b)
             return
-        self.bk_conv, self.bk_geometry = blocked.conv_op(self.k, self.s, self.p, b)
+        self.bk_conv, self.bk_geometry = blocked.conv_op(self.k, self.s, self.p, b, winograd_dw=winograd)
+        if winograd:
+            self.bk_path = "winograd-dw"
         if dense:
             self.bk_dense, _ = blocked.dense_op(self.k, self.s, self.p, b)
             self.bk_path = "dense"
@@ -282,6 +288,14 @@ def dense_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
     if not size or size * size > 16:
         return False
     return bool((tap_matrix(size, kernel_size, stride, padding).sum(axis=1) == 1).all())
+
+
+def winograd_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
+    """Whether a blocked body computes this layer's weight gradient by Winograd's F(2x2, 3x3) (csrc
+    WinogradBackwardWeights): 3x3, stride 1, pad 1 on 4x4 maps, where oneDNN's direct backward-weights
+    kernel is slowest. Measured on ResNet-18's layer3 (256 channels, batch 64, 2 threads, 2-core EPYC Zen 4,
+    AVX-512): 5.4 ms against 8.3; on 8x8 maps it lost (13 against 8.4 ms), and 2x2 maps are dense."""
+    return kernel_size == 3 and stride == 1 and padding == 1 and size == 4
 
 
 def selection_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:

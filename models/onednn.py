@@ -318,6 +318,8 @@ OPERATORS = (
     "BnBackward",
     "AddRelu",
     "ReluBackward",
+    "WinogradForward",
+    "WinogradBackwardWeights",
 )
 
 

@@ -164,10 +164,13 @@ def test_blocked_max_pool_matches_mindspores_forward_and_backward(graph_and_bloc
 class Conv(nn.Cell):
     """A convolution with a blocked output: from a plain input (the stem) or a blocked one."""
 
-    def __init__(self, cin, cout, k, s, p, b, plain_in, dense=False):
+    def __init__(self, cin, cout, k, s, p, b, plain_in, dense=False, winograd_dw=False):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
-        self.op, self.geometry = (blocked.dense_op if dense else blocked.conv_op)(k, s, p, b)
+        if dense:
+            self.op, self.geometry = blocked.dense_op(k, s, p, b)
+        else:
+            self.op, self.geometry = blocked.conv_op(k, s, p, b, winograd_dw=winograd_dw)
         self.to, _, self.cin = blocked.converters(cin, b)
         _, self.back, self.cout = blocked.converters(cout, b)
         self.plain_in = plain_in
@@ -207,6 +210,29 @@ def test_the_blocked_dense_convolution_matches_nn_conv2d_forward_and_both_backwa
     cin, cout, k, s, p, size, batch = shape
     mine = Conv(cin, cout, k, s, p, graph_and_block, plain_in=False, dense=True)
     x = rand(batch, cin, size, size, seed=6)
+    assert_close(grads_of(mine, x), grads_of(mine.conv, x))
+
+
+# (cin, cout, k, stride, pad, size, batch): Winograd's weight gradient on 4x4 maps (layer3's), with channels
+# no multiple of a block and more tiles than threads, and on 2x2; where the operator's shapes rule it out
+# (6x6, an odd map, a stride, a 1x1 kernel) oneDNN's kernel computes it, and must give the same.
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (12, 20, 3, 1, 1, 4, 3),
+        (40, 24, 3, 1, 1, 4, 5),
+        (16, 16, 3, 1, 1, 2, 2),
+        (8, 12, 3, 1, 1, 6, 2),
+        (8, 12, 3, 1, 1, 3, 2),
+        (8, 12, 3, 2, 1, 4, 2),
+        (8, 12, 1, 1, 0, 4, 2),
+    ],
+    ids=str,
+)
+def test_the_winograd_weight_gradient_matches_nn_conv2d_forward_and_both_backward_passes(graph_and_block, shape):
+    cin, cout, k, s, p, size, batch = shape
+    mine = Conv(cin, cout, k, s, p, graph_and_block, plain_in=False, winograd_dw=True)
+    x = rand(batch, cin, size, size, seed=7)
     assert_close(grads_of(mine, x), grads_of(mine.conv, x))
 
 
@@ -260,9 +286,13 @@ def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_bloc
     last = "layer4" if depth == 18 else "layer3"
     blocks = 2 if depth == 18 else 3
     assert dense == [f"{last}.0.conv2"] + [f"{last}.{i}.conv{j}" for i in range(1, blocks) for j in (1, 2)]
+    # The stage before, on 4x4 maps, takes its stride-1 3x3 convolutions' weight gradients by Winograd.
+    wino = [n for n, c in blocked_net.cells_and_names() if getattr(c, "bk_path", "") == "winograd-dw"]
+    before = "layer3" if depth == 18 else "layer2"
+    assert wino == [f"{before}.0.conv2"] + [f"{before}.{i}.conv{j}" for i in range(1, blocks) for j in (1, 2)]
     # An explicit model.conv=onednn asks for oneDNN's convolution in every layer, and gets it.
     asked = resnet(style, depth, width, 10, 3, size, conv="onednn")
-    assert asked.blocked_body and not [c for _, c in asked.cells_and_names() if getattr(c, "bk_path", "") == "dense"]
+    assert asked.blocked_body and {getattr(c, "bk_path", "onednn") for _, c in asked.cells_and_names()} == {"onednn"}
     x, y = rand(4, 3, size, size, seed=7), Tensor(np.array([1, 2, 3, 4], np.int32))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     results = []
@@ -344,10 +374,11 @@ def test_a_default_run_records_its_blocked_body_and_evaluates_and_exports_to_its
 
 def test_the_all_onednn_switch_keeps_dense_feasible_layers_on_onednns_convolution(graph_and_block, monkeypatch):
     # MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN=1 (read into blocked.ALL_ONEDNN when the module loads).
-    def dense_layers():
+    def layers(path):
         net = resnet("imagenet", 18, 8, 10, 3, 64, conv="best")
-        return [n for n, c in net.cells_and_names() if getattr(c, "bk_path", "") == "dense"]
+        return [n for n, c in net.cells_and_names() if getattr(c, "bk_path", "") == path]
 
-    assert dense_layers() == ["layer4.0.conv2", "layer4.1.conv1", "layer4.1.conv2"]
+    assert layers("dense") == ["layer4.0.conv2", "layer4.1.conv1", "layer4.1.conv2"]
+    assert layers("winograd-dw") == ["layer3.0.conv2", "layer3.1.conv1", "layer3.1.conv2"]
     monkeypatch.setattr(blocked, "ALL_ONEDNN", True)
-    assert dense_layers() == []
+    assert layers("dense") == [] and layers("winograd-dw") == []

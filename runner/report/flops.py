@@ -115,7 +115,8 @@ def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, w
 
 def conv_path(cell, input_shape, blocked: bool = False) -> str:
     """The algorithm a convolution cell runs on this input: "native", "gemm", "dense" or "onednn"
-    (models/conv.py); in a blocked body (`blocked`) what its blocked operator runs (PathConv2d.bk_path).
+    (models/conv.py); in a blocked body (`blocked`) what its blocked operator runs (PathConv2d.bk_path; also
+    "winograd-dw": oneDNN's convolution with the weight gradient by Winograd).
 
     A gemm or dense cell built for another input size compiles to the native convolution (in a blocked
     body: to oneDNN's), so it counts as such.
@@ -125,6 +126,9 @@ def conv_path(cell, input_shape, blocked: bool = False) -> str:
         path = cell.bk_path
         if path == "dense":
             return path if tuple(input_shape[2:]) == (cell.size, cell.size) else "onednn"
+        if path == "winograd-dw":  # where the operator's shapes allow it (csrc wino_of), else oneDNN's kernel
+            h, w = input_shape[2:]
+            return path if h % 2 == 0 and w % 2 == 0 and h * w <= 16 else "onednn"
     if path == "dense" and tuple(input_shape[2:]) != (cell.size, cell.size):
         return "native"
     if path != "gemm":
