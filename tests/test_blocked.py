@@ -192,47 +192,38 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
     assert_close(grads_of(mine, x), grads_of(mine.conv, x))
 
 
-# (cin, cout, k, stride, pad, size, batch): 12 and 20 channels are no multiple of a block; 3x3 on 2x2 maps
-# (layer4's), a strided one to 1x1, a 1x1 map; and 3x3 on 3x3, where the dense matrix is not dense (corner
-# pixels share no tap): the operator is exact for any geometry, dense_feasible only decides where it pays.
+# (operator, (cin, cout, k, stride, pad, size, batch)). dense: 12 and 20 channels are no multiple of a block;
+# 3x3 on 2x2 maps (layer4's), a strided one to 1x1, a 1x1 map; and 3x3 on 3x3, where the dense matrix is not
+# dense (corner pixels share no tap): the operator is exact for any geometry, dense_feasible only decides where
+# it pays. winograd (its weight gradient): 4x4 maps (layer3's), with channels no multiple of a block and more
+# tiles than threads, and 2x2; where the operator's shapes rule it out (6x6, an odd map, a stride, a 1x1
+# kernel) oneDNN's kernel computes it, and must give the same.
 @pytest.mark.parametrize(
-    "shape",
+    "kind,shape",
     [
-        (12, 20, 3, 1, 1, 2, 3),
-        (32, 16, 3, 1, 1, 2, 2),
-        (20, 12, 3, 2, 1, 2, 3),
-        (8, 24, 3, 1, 1, 1, 2),
-        (12, 8, 3, 1, 1, 3, 3),
+        ("dense", (12, 20, 3, 1, 1, 2, 3)),
+        ("dense", (32, 16, 3, 1, 1, 2, 2)),
+        ("dense", (20, 12, 3, 2, 1, 2, 3)),
+        ("dense", (8, 24, 3, 1, 1, 1, 2)),
+        ("dense", (12, 8, 3, 1, 1, 3, 3)),
+        ("winograd", (12, 20, 3, 1, 1, 4, 3)),
+        ("winograd", (40, 24, 3, 1, 1, 4, 5)),
+        ("winograd", (16, 16, 3, 1, 1, 2, 2)),
+        ("winograd", (8, 12, 3, 1, 1, 6, 2)),
+        ("winograd", (8, 12, 3, 1, 1, 3, 2)),
+        ("winograd", (8, 12, 3, 2, 1, 4, 2)),
+        ("winograd", (8, 12, 1, 1, 0, 4, 2)),
     ],
     ids=str,
 )
-def test_the_blocked_dense_convolution_matches_nn_conv2d_forward_and_both_backward_passes(graph_and_block, shape):
+def test_the_dense_and_winograd_operators_match_nn_conv2d_forward_and_both_backward_passes(
+    graph_and_block, kind, shape
+):
     cin, cout, k, s, p, size, batch = shape
-    mine = Conv(cin, cout, k, s, p, graph_and_block, plain_in=False, dense=True)
+    mine = Conv(
+        cin, cout, k, s, p, graph_and_block, plain_in=False, dense=kind == "dense", winograd_dw=kind == "winograd"
+    )
     x = rand(batch, cin, size, size, seed=6)
-    assert_close(grads_of(mine, x), grads_of(mine.conv, x))
-
-
-# (cin, cout, k, stride, pad, size, batch): Winograd's weight gradient on 4x4 maps (layer3's), with channels
-# no multiple of a block and more tiles than threads, and on 2x2; where the operator's shapes rule it out
-# (6x6, an odd map, a stride, a 1x1 kernel) oneDNN's kernel computes it, and must give the same.
-@pytest.mark.parametrize(
-    "shape",
-    [
-        (12, 20, 3, 1, 1, 4, 3),
-        (40, 24, 3, 1, 1, 4, 5),
-        (16, 16, 3, 1, 1, 2, 2),
-        (8, 12, 3, 1, 1, 6, 2),
-        (8, 12, 3, 1, 1, 3, 2),
-        (8, 12, 3, 2, 1, 4, 2),
-        (8, 12, 1, 1, 0, 4, 2),
-    ],
-    ids=str,
-)
-def test_the_winograd_weight_gradient_matches_nn_conv2d_forward_and_both_backward_passes(graph_and_block, shape):
-    cin, cout, k, s, p, size, batch = shape
-    mine = Conv(cin, cout, k, s, p, graph_and_block, plain_in=False, winograd_dw=True)
-    x = rand(batch, cin, size, size, seed=7)
     assert_close(grads_of(mine, x), grads_of(mine.conv, x))
 
 
