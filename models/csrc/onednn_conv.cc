@@ -1019,7 +1019,7 @@ std::map<WinoKey, std::unique_ptr<Wino>> winos;
 Wino *get_wino(const WinoKey &key) {
   std::lock_guard<std::mutex> g(cache_m);
   auto it = winos.find(key);
-  if (it != winos.end()) return it->second.get();
+  if (it != winos.end()) return it->second.get();  // null: its matmul could not be made
   auto wn = std::make_unique<Wino>();
   auto [n, c, o, h, w, b] = key;
   wn->n = n, wn->c = c, wn->o = o, wn->h = h, wn->w = w, wn->b = b;
@@ -1029,7 +1029,12 @@ Wino *get_wino(const WinoKey &key) {
   wn->m_t.init(m_d, dnnl_acb, dnnl_f32, 3);  // held as (16, tiles, O): read transposed
   wn->v.init(v_d, dnnl_abc, dnnl_f32, 3);
   wn->u.init(u_d, dnnl_abc, dnnl_f32, 3);
-  matmul_pd(wn->mm, wn->m_t, wn->v, wn->u, "Winograd backward-weights matmul");
+  try {
+    matmul_pd(wn->mm, wn->m_t, wn->v, wn->u, "Winograd backward-weights matmul");
+  } catch (const Failure &) {
+    winos[key] = nullptr;  // said once (the caller prints it); later calls of this shape go to oneDNN's kernel
+    throw;
+  }
   wn->vb.resize(static_cast<size_t>(16 * wn->t * wn->cp));
   wn->mb.resize(static_cast<size_t>(16 * wn->t * wn->op));
   wn->ub.resize(static_cast<size_t>(16 * wn->op * wn->cp));
