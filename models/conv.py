@@ -294,7 +294,8 @@ def winograd_feasible(kernel_size: int, stride: int, padding: int, size) -> bool
     """Whether a blocked body computes this layer's weight gradient by Winograd's F(2x2, 3x3) (csrc
     WinogradBackwardWeights): 3x3, stride 1, pad 1 on 4x4 maps, where oneDNN's direct backward-weights
     kernel is slowest. Measured on ResNet-18's layer3 (256 channels, batch 64, 2 threads, 2-core EPYC Zen 4,
-    AVX-512): 5.4 ms against 8.3; on 8x8 maps it lost (13 against 8.4 ms), and 2x2 maps are dense."""
+    AVX-512): 4.6-5.5 ms against 5.5-7.2 alone, ~4.5 against 9.4-10.4 in training. On 8x8 maps it did not
+    clearly pay (5.5-6.4 against 5.2-5.3 alone), and 2x2 maps are dense."""
     return kernel_size == 3 and stride == 1 and padding == 1 and size == 4
 
 

@@ -1004,9 +1004,9 @@ void run_matmul(const Prim &p, const Md &a_md, void *a, const Md &b_md, void *b,
 // dw = G^T dU G with dU = sum over tiles of (A dY A^T) . V: one batched matmul, 16 transform points x
 // (O x tiles) x (tiles x C), which multiplies 16 values per tile and channel pair where the direct kernel
 // multiplies 36. Why: oneDNN's direct backward-weights kernel is at its slowest on 4x4 maps (ResNet-18's
-// layer3 at 64 px: 145 GFLOP/s against 290 for the forward, 2-core Zen 4); this took 5.4 against 8.3 ms
-// there (2 threads, 256 channels, batch 64), and did not pay on 8x8 maps (13 against 8.4 ms), where the
-// tiles make the matmul's K four times longer.
+// layer3 at 64 px: 135-210 GFLOP/s against 290-320 for the forward, 2-core Zen 4); this took 4.6-5.5 against
+// 5.5-7.2 ms there alone (2 threads, 256 channels, batch 64), ~4.5 against 9.4-10.4 in training. It did not
+// clearly pay on 8x8 maps (5.5-6.4 against 5.2-5.3 alone), where its transforms write 16 MB.
 struct Wino {
   int64_t n, c, o, h, w, b, cp, op, th, tw, t;
   Prim mm;
