@@ -1139,6 +1139,7 @@ VECTOR_CLONES void wino_output(const Wino *wn, const float *u, int64_t o, float 
 // The Winograd problem of a backward-weights call, or null where it does not apply (then the direct kernel
 // runs): x and dy blocked alike (b <= 16), float32, a 3x3 kernel, stride 1, pad 1 on every side, no
 // dilation, groups or "same", an output as large as the input with even sides, at most 4x4 (where it pays).
+// runner/report/flops.py conv_path mirrors this rule for what metrics.json reports.
 Wino *wino_of(int *ndims, int64_t **shapes, const char **dtypes, void **params) {
   if (ndims[0] != 5 || ndims[1] != 5 || ndims[2] != 4 || ndims[3] != 1 || shapes[3][0] != 10) return nullptr;
   for (int i : {0, 1, 2})
