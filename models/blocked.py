@@ -79,10 +79,12 @@ def converters(channels: int, b: int):
     return to, frm, Tensor(np.zeros(channels, np.float32))
 
 
-def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int, data_kind: str = ""):
+def _conv_ops(
+    kind: str, kernel_size: int, stride: int, padding: int, b: int, data_kind: str = "", weights_kind: str = ""
+):
     """The forward operator `kind`Forward (x, w, geometry) -> blocked y, with (`data_kind` or
-    `kind`)BackwardData and `kind`BackwardWeights as its backward, and the geometry tensor: "Conv", "Dense"
-    or "Winograd" (csrc)."""
+    `kind`)BackwardData and (`weights_kind` or `kind`)BackwardWeights as its backward, and the geometry
+    tensor: "Conv", "Dense", "Winograd" or "Winof" (csrc)."""
     so = onednn.library()
 
     def y_shape(x, w, g):
@@ -96,7 +98,7 @@ def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int, da
         func_type="aot",
     )
     backward_weights = ops.Custom(
-        f"{so}:{kind}BackwardWeights",
+        f"{so}:{weights_kind or kind}BackwardWeights",
         out_shape=lambda x, dy, w, g: w,
         out_dtype=lambda x, dy, w, g: w,
         func_type="aot",
@@ -111,12 +113,15 @@ def _conv_ops(kind: str, kernel_size: int, stride: int, padding: int, b: int, da
     return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
 
 
-def conv_op(kernel_size: int, stride: int, padding: int, b: int, winograd_dw: bool = False):
+def conv_op(kernel_size: int, stride: int, padding: int, b: int, winograd_dw: bool = False, winograd: bool = False):
     """A square convolution (x, w, geometry) -> blocked y, with its backward: x blocked, or plain (the stem,
     whose input is the image); w plain (O, C, k, k) as the cell holds it, its gradient likewise.
     winograd_dw: the weight gradient by Winograd's F(2x2, 3x3) where the call's shapes allow it (3x3, stride
     1, pad 1, even maps up to 4x4; models/conv.py winograd_feasible), oneDNN's kernel elsewhere (csrc
-    WinogradBackwardWeights)."""
+    WinogradBackwardWeights). winograd: the forward and backward-data passes by Winograd's F(2x2, 3x3) too,
+    on blocked x and y (3x3, stride 1, pad 1; models/conv.py winograd_all_feasible; csrc WinofForward)."""
+    if winograd:
+        return _conv_ops("Winof", kernel_size, stride, padding, b, weights_kind="Winograd")
     if winograd_dw:
         # A forward of its own name (csrc WinogradForward is ConvForward): in graph mode MindSpore gives
         # Custom operators of one function one backward, so ConvForward's would run in its place.

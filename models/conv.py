@@ -133,22 +133,30 @@ class PathConv2d(nn.Conv2d):
         The plain dense path (MindSpore's matmul, timed against plain oneDNN by `_measured`) is what runs
         outside blocked bodies. Likewise a layer that `winograd_feasible` names (layer3's 3x3 convolutions on
         4x4 maps) computes its weight gradient by Winograd on the blocked tensors ("winograd-dw": oneDNN's
-        forward and backward-data kernels, blocked.conv_op(winograd_dw=True))."""
+        forward and backward-data kernels, blocked.conv_op(winograd_dw=True)), and one that
+        `winograd_all_feasible` names (3x3 stride-1 layers on maps of 8x8 and more) its forward and backward-data
+        passes ("winograd": oneDNN's backward-weights kernel, blocked.conv_op(winograd=True))."""
         from runner.models import blocked
 
         chosen = choose_dense and not blocked.ALL_ONEDNN
         dense = chosen and dense_feasible(self.k, self.s, self.p, self.size)
         winograd = chosen and winograd_feasible(self.k, self.s, self.p, self.size)
-        self.bk_via_plain = via_plain and not (dense or winograd)
+        winograd_all = chosen and winograd_all_feasible(self.k, self.s, self.p, self.size)
+        self.bk_via_plain = via_plain and not (dense or winograd or winograd_all)
         self.bk_dense = None
+        self.bk_block = b
         self.bk_path = self.path if self.bk_via_plain else "onednn"
         if self.bk_via_plain:
             _, self.bk_from, self.bk_cin = blocked.converters(self.in_channels, b)
             self.bk_to, _, self.bk_cout = blocked.converters(self.out_channels, b)
             return
-        self.bk_conv, self.bk_geometry = blocked.conv_op(self.k, self.s, self.p, b, winograd_dw=winograd)
+        self.bk_conv, self.bk_geometry = blocked.conv_op(
+            self.k, self.s, self.p, b, winograd_dw=winograd, winograd=winograd_all
+        )
         if winograd:
             self.bk_path = "winograd-dw"
+        if winograd_all:
+            self.bk_path = "winograd"
         if dense:
             self.bk_dense, _ = blocked.dense_op(self.k, self.s, self.p, b)
             self.bk_path = "dense"
@@ -294,9 +302,26 @@ def winograd_feasible(kernel_size: int, stride: int, padding: int, size) -> bool
     """Whether a blocked body computes this layer's weight gradient by Winograd's F(2x2, 3x3) (csrc
     WinogradBackwardWeights): 3x3, stride 1, pad 1 on 4x4 maps, where oneDNN's direct backward-weights
     kernel is slowest. Measured on ResNet-18's layer3 (256 channels, batch 64, 2 threads, 2-core EPYC Zen 4,
-    AVX-512): 4.6-5.5 ms against 5.5-7.2 alone, ~4.5 against 9.4-10.4 in training. On 8x8 maps it did not
-    clearly pay (5.5-6.4 against 5.2-5.3 alone), and 2x2 maps are dense."""
+    AVX-512): 4.6-5.5 ms against 5.5-7.2 alone, ~4.5 against 9.4-10.4 in training. Layers on larger maps
+    take all three passes by Winograd (`winograd_all_feasible`), and 2x2 maps are dense."""
     return kernel_size == 3 and stride == 1 and padding == 1 and size == 4
+
+
+def winograd_dw_runs(height: int, width: int, cin: int, cout: int, b: int) -> bool:
+    """Whether csrc WinogradBackwardWeights computes a 3x3 stride-1 weight gradient on these maps and channels
+    (blocks of b) by Winograd, else oneDNN's kernel: even sides up to 8x8 (every tile at once), or any map
+    where one thread's transformed gradient (16 x C x O, padded to blocks) fits 512 KB (in chunks)."""
+    whole = height % 2 == 0 and width % 2 == 0 and height * width <= 64
+    return whole or 16 * (-(-cin // b) * b) * (-(-cout // b) * b) * 4 <= 512 * 1024
+
+
+def winograd_all_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
+    """Whether a blocked body runs all three passes of this layer by Winograd's F(2x2, 3x3) (csrc
+    WinofForward; the weight gradient where WinogradBackwardWeights takes the maps, up to 8x8): 3x3,
+    stride 1, pad 1 on maps of 8x8 and more, where oneDNN's direct kernels already run at the machine's peak
+    and only fewer multiplications are faster. On 4x4 maps (four tiles per image) only the weight gradient
+    pays (`winograd_feasible`)."""
+    return kernel_size == 3 and stride == 1 and padding == 1 and bool(size) and size >= 8
 
 
 def selection_matrix(size: int, kernel_size: int, stride: int, padding: int) -> np.ndarray:

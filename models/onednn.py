@@ -320,6 +320,8 @@ OPERATORS = (
     "ReluBackward",
     "WinogradForward",
     "WinogradBackwardWeights",
+    "WinofForward",
+    "WinofBackwardData",
 )
 
 

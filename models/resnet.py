@@ -211,7 +211,9 @@ class ResNet(nn.Cell):
             return "oneDNN has no fast convolution kernels on a blocked format on this CPU"
         for _, cell in self.cells_and_names():
             if isinstance(cell, PathConv2d):
-                cell.attach_blocked(b, cell.path != "onednn" and not blocked.ALL_ONEDNN, choose_dense)
+                # The stem reads the plain image: the dense and Winograd operators take blocked inputs only.
+                chosen = choose_dense and cell is not self.stem[0]
+                cell.attach_blocked(b, cell.path != "onednn" and not blocked.ALL_ONEDNN, chosen)
             elif isinstance(cell, nn.BatchNorm2d):
                 blocked.attach_bn(cell, b)
             elif isinstance(cell, (BasicBlock, Bottleneck)):

@@ -167,13 +167,13 @@ def test_blocked_max_pool_matches_mindspores_forward_and_backward(graph_and_bloc
 class Conv(nn.Cell):
     """A convolution with a blocked output: from a plain input (the stem) or a blocked one."""
 
-    def __init__(self, cin, cout, k, s, p, b, plain_in, dense=False, winograd_dw=False):
+    def __init__(self, cin, cout, k, s, p, b, plain_in, dense=False, winograd_dw=False, winograd=False):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, k, stride=s, pad_mode="pad" if p else "valid", padding=p, has_bias=False)
         if dense:
             self.op, self.geometry = blocked.dense_op(k, s, p, b)
         else:
-            self.op, self.geometry = blocked.conv_op(k, s, p, b, winograd_dw=winograd_dw)
+            self.op, self.geometry = blocked.conv_op(k, s, p, b, winograd_dw=winograd_dw, winograd=winograd)
         self.to, _, self.cin = blocked.converters(cin, b)
         _, self.back, self.cout = blocked.converters(cout, b)
         self.plain_in = plain_in
@@ -198,9 +198,12 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
 # (operator, (cin, cout, k, stride, pad, size, batch)). dense: 12 and 20 channels are no multiple of a block;
 # 3x3 on 2x2 maps (layer4's), a strided one to 1x1, a 1x1 map; and 3x3 on 3x3, where the dense matrix is not
 # dense (corner pixels share no tap): the operator is exact for any geometry, dense_feasible only decides where
-# it pays. winograd (its weight gradient): 4x4 maps (layer3's), with channels no multiple of a block and more
-# tiles than threads, and 2x2; where the operator's shapes rule it out (6x6, an odd map, a stride, a 1x1
-# kernel) oneDNN's kernel computes it, and must give the same.
+# it pays. winograd-dw (the weight gradient): 4x4 maps (layer3's), with channels no multiple of a block and
+# more tiles than threads, and 2x2; where the operator's shapes rule it out (an odd map, a stride, a 1x1
+# kernel) oneDNN's kernel computes it, and must give the same. winograd (all three passes; the weight gradient
+# up to 8x8): channels no multiple of a block, a map no multiple of the 2x2 tile (9x9: edge tiles cut), more
+# tiles than a thread's chunk (16x16, 64 channels, batch 8: chunks that end inside an image), a 2x2 map; a
+# stride or a 1x1 kernel go to oneDNN's kernels.
 @pytest.mark.parametrize(
     "kind,shape",
     [
@@ -209,13 +212,19 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
         ("dense", (20, 12, 3, 2, 1, 2, 3)),
         ("dense", (8, 24, 3, 1, 1, 1, 2)),
         ("dense", (12, 8, 3, 1, 1, 3, 3)),
-        ("winograd", (12, 20, 3, 1, 1, 4, 3)),
-        ("winograd", (40, 24, 3, 1, 1, 4, 5)),
-        ("winograd", (16, 16, 3, 1, 1, 2, 2)),
-        ("winograd", (8, 12, 3, 1, 1, 6, 2)),
-        ("winograd", (8, 12, 3, 1, 1, 3, 2)),
-        ("winograd", (8, 12, 3, 2, 1, 4, 2)),
-        ("winograd", (8, 12, 1, 1, 0, 4, 2)),
+        ("winograd-dw", (12, 20, 3, 1, 1, 4, 3)),
+        ("winograd-dw", (40, 24, 3, 1, 1, 4, 5)),
+        ("winograd-dw", (16, 16, 3, 1, 1, 2, 2)),
+        ("winograd-dw", (8, 12, 3, 1, 1, 3, 2)),
+        ("winograd-dw", (8, 12, 3, 2, 1, 4, 2)),
+        ("winograd-dw", (8, 12, 1, 1, 0, 4, 2)),
+        ("winograd", (12, 20, 3, 1, 1, 8, 3)),
+        ("winograd", (20, 12, 3, 1, 1, 9, 2)),
+        ("winograd", (16, 16, 3, 1, 1, 6, 2)),
+        ("winograd", (64, 64, 3, 1, 1, 16, 8)),
+        ("winograd", (8, 12, 3, 1, 1, 2, 2)),
+        ("winograd", (8, 12, 3, 2, 1, 8, 2)),
+        ("winograd", (8, 12, 1, 1, 0, 8, 2)),
     ],
     ids=str,
 )
@@ -224,7 +233,16 @@ def test_the_dense_and_winograd_operators_match_nn_conv2d_forward_and_both_backw
 ):
     cin, cout, k, s, p, size, batch = shape
     mine = Conv(
-        cin, cout, k, s, p, graph_and_block, plain_in=False, dense=kind == "dense", winograd_dw=kind == "winograd"
+        cin,
+        cout,
+        k,
+        s,
+        p,
+        graph_and_block,
+        plain_in=False,
+        dense=kind == "dense",
+        winograd_dw=kind == "winograd-dw",
+        winograd=kind == "winograd",
     )
     x = rand(batch, cin, size, size, seed=6)
     assert_close(grads_of(mine, x), grads_of(mine.conv, x))
@@ -284,6 +302,11 @@ def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_bloc
     wino = [n for n, c in blocked_net.cells_and_names() if getattr(c, "bk_path", "") == "winograd-dw"]
     before = "layer3" if depth == 18 else "layer2"
     assert wino == [f"{before}.0.conv2"] + [f"{before}.{i}.conv{j}" for i in range(1, blocks) for j in (1, 2)]
+    # Stride-1 3x3 convolutions on 8x8 maps and more run by Winograd F(2x2, 3x3): layer1 (16x16 and 8x8) and
+    # ResNet-18's layer2 (8x8); not the CIFAR stem, which reads the plain image.
+    wino_all = [n for n, c in blocked_net.cells_and_names() if getattr(c, "bk_path", "") == "winograd"]
+    first = [f"layer1.{i}.conv{j}" for i in range(blocks) for j in (1, 2)]
+    assert wino_all == (first + ["layer2.0.conv2", "layer2.1.conv1", "layer2.1.conv2"] if depth == 18 else first)
     # An explicit model.conv=onednn asks for oneDNN's convolution in every layer, and gets it.
     asked = resnet(style, depth, width, 10, 3, size, conv="onednn")
     assert asked.blocked_body and {getattr(c, "bk_path", "onednn") for _, c in asked.cells_and_names()} == {"onednn"}
@@ -366,7 +389,7 @@ def test_a_default_run_records_its_blocked_body_and_evaluates_and_exports_to_its
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
 
 
-def test_the_all_onednn_switch_keeps_dense_feasible_layers_on_onednns_convolution(graph_and_block, monkeypatch):
+def test_the_all_onednn_switch_keeps_every_layer_on_onednns_convolution(graph_and_block, monkeypatch):
     # MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN=1 (read into blocked.ALL_ONEDNN when the module loads).
     def layers(path):
         net = resnet("imagenet", 18, 8, 10, 3, 64, conv="best")
@@ -374,8 +397,9 @@ def test_the_all_onednn_switch_keeps_dense_feasible_layers_on_onednns_convolutio
 
     assert layers("dense") == ["layer4.0.conv2", "layer4.1.conv1", "layer4.1.conv2"]
     assert layers("winograd-dw") == ["layer3.0.conv2", "layer3.1.conv1", "layer3.1.conv2"]
+    assert len(layers("winograd")) == 7  # layer1's four, layer2's three stride-1 ones
     monkeypatch.setattr(blocked, "ALL_ONEDNN", True)
-    assert layers("dense") == [] and layers("winograd-dw") == []
+    assert layers("dense") == [] and layers("winograd-dw") == [] and layers("winograd") == []
 
 
 @pytest.mark.slow

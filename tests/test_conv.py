@@ -371,7 +371,7 @@ def test_the_default_run_says_which_path_each_convolution_took_and_why(tiny_run)
     path = "onednn" if isa_pays(None) and has_compiler() else "native"
     assert conv["asked"] == "best" and conv["path"] == path and conv["reason"]
     paths = flops["conv_paths"]
-    allowed = {"onednn", "gemm", "dense", "winograd-dw"} if path == "onednn" else {"native"}
+    allowed = {"onednn", "gemm", "dense", "winograd-dw", "winograd"} if path == "onednn" else {"native"}
     assert set(paths) <= allowed and sum(e["layers"] for e in paths.values()) == 9
     names = sorted(n for e in paths.values() for n in e["names"])
     assert (

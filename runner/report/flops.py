@@ -116,7 +116,8 @@ def _probe_one_sample(net, counter: _LayerCounter, channels: int, height: int, w
 def conv_path(cell, input_shape, blocked: bool = False) -> str:
     """The algorithm a convolution cell runs on this input: "native", "gemm", "dense" or "onednn"
     (models/conv.py); in a blocked body (`blocked`) what its blocked operator runs (PathConv2d.bk_path; also
-    "winograd-dw": oneDNN's convolution with the weight gradient by Winograd).
+    "winograd-dw": oneDNN's convolution with the weight gradient by Winograd; "winograd": all three passes
+    by Winograd, the weight gradient where csrc WinogradBackwardWeights takes the shape, else oneDNN's).
 
     A gemm or dense cell built for another input size compiles to the native convolution (in a blocked
     body: to oneDNN's), so it counts as such.
@@ -126,9 +127,11 @@ def conv_path(cell, input_shape, blocked: bool = False) -> str:
         path = cell.bk_path
         if path == "dense":
             return path if tuple(input_shape[2:]) == (cell.size, cell.size) else "onednn"
-        if path == "winograd-dw":  # where the operator's shapes allow it (csrc wino_of), else oneDNN's kernel
+        if path == "winograd-dw":  # where the operator takes the shape, else oneDNN's kernel
+            from runner.models.conv import winograd_dw_runs
+
             h, w = input_shape[2:]
-            return path if h % 2 == 0 and w % 2 == 0 and h * w <= 16 else "onednn"
+            return path if winograd_dw_runs(h, w, cell.in_channels, cell.out_channels, cell.bk_block) else "onednn"
     if path == "dense" and tuple(input_shape[2:]) != (cell.size, cell.size):
         return "native"
     if path != "gemm":
