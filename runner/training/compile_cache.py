@@ -77,13 +77,19 @@ def training_graphs(data, batch: int, total_steps: int, trains: bool, evaluates:
     return graphs
 
 
+# Environment switches that change which operators the graphs hold (models/blocked.py): a graph compiled
+# without one must not be loaded with it.
+GRAPH_SWITCHES = ("MINDSPORE_RUNNER_PLAIN_BODY", "MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN")
+
+
 def source_digest() -> str:
-    """A digest of the runner's own Python files (runner, models, datasets): they build the graphs."""
+    """A digest of the runner's own Python files (runner, models, datasets): they build the graphs; and of the
+    operators' C++ source (models/csrc), whose library each cached graph names."""
     digest = hashlib.sha256()
     # runner/ is two folders up from here (not `import runner`: the package's __init__ is above every layer)
     roots = [Path(__file__).resolve().parents[1], *(Path(m.__file__).parent for m in _layers())]
     for root in roots:
-        for f in sorted(root.rglob("*.py")):
+        for f in sorted([*root.rglob("*.py"), *root.glob("csrc/*.cc")]):
             digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes())
     return digest.hexdigest()
 
@@ -112,7 +118,7 @@ def graph_config(cfg) -> dict:
 def key(cfg, *, purpose: str, graphs: list, target: str, rank: int, world: int, conv: str, isa: str, extra=None) -> str:
     """The directory name for these graphs: MindSpore's version, the runner's source, the graph-relevant
     config, the command (`purpose`, with its own settings in `extra`), the sequence of graphs the process
-    compiles through the cache (`graphs`), device, rank, conv path and ISA cap."""
+    compiles through the cache (`graphs`), device, rank, conv path, ISA cap and the GRAPH_SWITCHES set."""
     import mindspore as ms
 
     parts = {
@@ -126,6 +132,7 @@ def key(cfg, *, purpose: str, graphs: list, target: str, rank: int, world: int, 
         "rank": [rank, world],
         "conv": conv,
         "isa": isa,
+        "switches": {name: os.environ.get(name, "") for name in GRAPH_SWITCHES},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
