@@ -1114,31 +1114,38 @@ VECTOR_CLONES void wino_grad(const Wino *wn, const float *dy, int64_t i, float *
       }
 }
 
+// G^T x G for b lanes of 4x4 points x: the 3x3 kernels of `count` (<= b) input channels, written to out
+// (count x 3 x 3), as dw holds them.
+inline __attribute__((always_inline)) void fold_3x3(const float (&x)[4][4][16], int64_t b, int64_t count,
+                                                     float *out) {
+  float t[3][4][16], r9[3][3][16];
+  for (int q = 0; q < 4; ++q)
+    for (int64_t k = 0; k < b; ++k) {
+      t[0][q][k] = x[0][q][k] + 0.5f * (x[1][q][k] + x[2][q][k]);
+      t[1][q][k] = 0.5f * (x[1][q][k] - x[2][q][k]);
+      t[2][q][k] = 0.5f * (x[1][q][k] + x[2][q][k]) + x[3][q][k];
+    }
+  for (int r = 0; r < 3; ++r)
+    for (int64_t k = 0; k < b; ++k) {
+      r9[r][0][k] = t[r][0][k] + 0.5f * (t[r][1][k] + t[r][2][k]);
+      r9[r][1][k] = 0.5f * (t[r][1][k] - t[r][2][k]);
+      r9[r][2][k] = 0.5f * (t[r][1][k] + t[r][2][k]) + t[r][3][k];
+    }
+  for (int64_t k = 0; k < count; ++k)
+    for (int r = 0; r < 3; ++r)
+      for (int q = 0; q < 3; ++q) out[k * 9 + r * 3 + q] = r9[r][q][k];
+}
+
 // dw[o][c][3][3] = G^T dU[.][o][c] G for output channel o, b input channels at a time.
 VECTOR_CLONES void wino_output(const Wino *wn, const float *u, int64_t o, float *dw) {
   const int64_t b = wn->b, c = wn->c, plane = wn->op * wn->cp;
   for (int64_t c0 = 0; c0 < c; c0 += b) {
-    float x[4][4][16], t[3][4][16], r9[3][3][16];
+    float x[4][4][16];
     for (int p = 0; p < 16; ++p) {
       const float *src = u + p * plane + o * wn->cp + c0;
       for (int64_t k = 0; k < b; ++k) x[p / 4][p % 4][k] = src[k];
     }
-    for (int q = 0; q < 4; ++q)
-      for (int64_t k = 0; k < b; ++k) {
-        t[0][q][k] = x[0][q][k] + 0.5f * (x[1][q][k] + x[2][q][k]);
-        t[1][q][k] = 0.5f * (x[1][q][k] - x[2][q][k]);
-        t[2][q][k] = 0.5f * (x[1][q][k] + x[2][q][k]) + x[3][q][k];
-      }
-    for (int r = 0; r < 3; ++r)
-      for (int64_t k = 0; k < b; ++k) {
-        r9[r][0][k] = t[r][0][k] + 0.5f * (t[r][1][k] + t[r][2][k]);
-        r9[r][1][k] = 0.5f * (t[r][1][k] - t[r][2][k]);
-        r9[r][2][k] = 0.5f * (t[r][1][k] + t[r][2][k]) + t[r][3][k];
-      }
-    float *out = dw + (o * c + c0) * 9;
-    for (int64_t k = 0; k < std::min(b, c - c0); ++k)
-      for (int r = 0; r < 3; ++r)
-        for (int q = 0; q < 3; ++q) out[k * 9 + r * 3 + q] = r9[r][q][k];
+    fold_3x3(x, b, std::min(b, c - c0), dw + (o * c + c0) * 9);
   }
 }
 
@@ -1165,14 +1172,16 @@ Wino *wino_of(int *ndims, int64_t **shapes, const char **dtypes, void **params) 
 // (d: the tile's 4x4 input window) and U = G g G^T: 16 transform points, at each of them a matmul over the
 // channels, which multiplies 16 values per tile and channel pair where the direct kernel multiplies 36.
 // Backward-data is the same convolution of dy with the weights turned by 180 degrees and their channels
-// swapped. Tiles are cut into chunks that each thread transforms, multiplies (oneDNN's sgemm, one thread)
-// and transforms back while they sit in its L2: every tile's V written out for one batched matmul makes
-// the transforms bound by memory. Why: oneDNN 3.10 has no f32 Winograd on CPU, and its direct kernels run
-// at the machine's peak already on these layers (ResNet-18 64 px, 2-core EPYC Zen 4, AVX-512): only fewer
-// multiplications make them faster. F(4x4, 3x3) (36 points for 16 outputs, 4x fewer multiplies) measured
-// faster alone, but its outputs and gradients are ~10x further from the direct kernel's (1e-6 of the
-// scale against 1e-7), and the default configuration's one-epoch loss curve moved by 2e-2 from the native
-// path's where F(2x2, 3x3) leaves it unchanged in its 5th decimal.
+// swapped. Tiles are cut into chunks that each thread transforms, multiplies (one oneDNN matmul over the 16
+// points, on the calling thread) and transforms back while they sit in its L2: every tile's V written out
+// for one batched matmul makes the transforms bound by memory. Why: oneDNN 3.10 has no f32 Winograd on CPU,
+// and its direct kernels run at the machine's peak already on these layers: only fewer multiplications
+// make them faster. Measured in training (ResNet-18 64 px, batch 64, 2-core EPYC Zen 4, AVX-512; medians a
+// call, two processes back to back): 16x16 maps, 64 channels, forward 4.6 ms and backward-data 4.7 against
+// oneDNN's 5.5 and 5.5; 8x8 maps, 128 channels, 4.5 and 4.4 against 5.0 and 5.1. F(4x4, 3x3) (36 points
+// for 16 outputs, 4x fewer multiplies) measured faster alone, but its results are ~10x further from the
+// direct kernel's (1e-6 of the scale against 1e-7), and the default configuration's one-epoch loss curve
+// moved by 2e-2 from the native path's, where F(2x2, 3x3) leaves it unchanged in its 5th decimal.
 struct WinoF {
   int64_t n, ci, co, cip, cop, h, w, b, th, tw, tiles, chunk;
   std::vector<float> u;  // (16, cip, cop): the transformed weights of the call, kept so its pages stay in
@@ -1216,6 +1225,8 @@ WinoF *get_winof(const WinoFKey &key) {
 
 // Vectors of b channels (GCC's vector extension: one register on AVX-512 for b = 16, split by the
 // compiler elsewhere), moved with memcpy: the blocked tensors are aligned to floats only.
+// (Returned by value only inside always-inline helpers: GCC's note that their ABI differs by ISA is moot.)
+#pragma GCC diagnostic ignored "-Wpsabi"
 template <int B>
 struct Lanes {
   typedef float v __attribute__((vector_size(B * sizeof(float)), aligned(sizeof(float))));
@@ -1324,38 +1335,59 @@ void winof_weights(WinoF *wn, const float *w, bool turned) {
   });
 }
 
-// out (blocked, cop channels) = the convolution of in (blocked, cip channels) with the weights in wn->u.
-void winof_run(WinoF *wn, const float *in, float *out) {
+// This thread's own stream on a pool of one: a matmul on it runs on the calling thread, as a chunk's
+// transforms do (the runtime's stream would hand it to the pool that is running the chunks). Null if
+// oneDNN could not make it.
+dnnl_stream_t serial_stream() {
+  thread_local Pool one(1);
+  thread_local dnnl_stream_t stream = nullptr;
+  if (!stream && dnnl_threadpool_interop_stream_create(&stream, runtime().engine, &one) != dnnl_success)
+    stream = nullptr;
+  return stream;
+}
+
+// out = a . b by matmul p on `stream` (serial_stream); false if oneDNN failed.
+bool matmul_on(dnnl_stream_t stream, const Prim &p, const Md &a_md, void *a, const Md &b_md, void *b,
+               const Md &out_md, void *out) {
+  Mem ma(a_md.md, a), mb(b_md.md, b), mo(out_md.md, out);
+  Mem scratch(dnnl_primitive_desc_query_md(p.pd, dnnl_query_scratchpad_md, 0), nullptr);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma.m}, {DNNL_ARG_WEIGHTS, mb.m}, {DNNL_ARG_DST, mo.m},
+                             {DNNL_ARG_SCRATCHPAD, scratch.m}};
+  return dnnl_primitive_execute(p.prim, stream, 4, args) == dnnl_success;
+}
+
+// fn(part, t0, count, stream) for each chunk of wn's tiles (t0..t0+count), the chunks shared out in
+// contiguous runs, one per thread (`part`); fn returns false where oneDNN failed. Returns the parts.
+int per_chunk(const WinoF *wn, const std::function<bool(int, int64_t, int64_t, dnnl_stream_t)> &fn) {
   const int64_t chunks = (wn->tiles + wn->chunk - 1) / wn->chunk;
   Pool &pool = runtime().pool;
   const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pool.get_num_threads(), chunks)));
   std::atomic<int> failed{0};
   pool.parallel_for(parts, [&](int part, int np) {
+    dnnl_stream_t stream = serial_stream();
+    for (int64_t ch = chunks * part / np; ch < chunks * (part + 1) / np && stream; ++ch) {
+      const int64_t t0 = ch * wn->chunk;
+      if (!fn(part, t0, std::min(wn->chunk, wn->tiles - t0), stream)) failed = 1;
+    }
+    if (!stream) failed = 1;
+  });
+  if (failed) throw Failure{"a Winograd matmul failed"};
+  return parts;
+}
+
+// out (blocked, cop channels) = the convolution of in (blocked, cip channels) with the weights in wn->u.
+void winof_run(WinoF *wn, const float *in, float *out) {
+  per_chunk(wn, [&](int, int64_t t0, int64_t count, dnnl_stream_t stream) {
     thread_local std::vector<float> v, m;
     v.resize(static_cast<size_t>(16 * plane_stride(wn->chunk, wn->cip)));
     m.resize(static_cast<size_t>(16 * plane_stride(wn->chunk, wn->cop)));
-    // This thread's own stream on a pool of one: the matmul runs on the calling thread, as the chunk's
-    // transforms do (the runtime's stream would hand it to the pool that is running this loop).
-    thread_local Pool one(1);
-    thread_local dnnl_stream_t stream = nullptr;
-    if (!stream && dnnl_threadpool_interop_stream_create(&stream, runtime().engine, &one) != dnnl_success) {
-      failed = 1;
-      return;
-    }
-    for (int64_t ch = chunks * part / np; ch < chunks * (part + 1) / np; ++ch) {
-      // The last chunk may hold fewer tiles: the matmul runs on all its rows (those past `count` hold an
-      // earlier chunk's transforms, or zeros), and the output transform reads only the first `count`.
-      const int64_t t0 = ch * wn->chunk, count = std::min(wn->chunk, wn->tiles - t0);
-      winof_input_any(wn, in, t0, count, wn->chunk, v.data());
-      Mem mv(wn->v.md, v.data()), mu(wn->uw.md, wn->u.data()), mm(wn->m.md, m.data());
-      Mem scratch(dnnl_primitive_desc_query_md(wn->mm.pd, dnnl_query_scratchpad_md, 0), nullptr);
-      dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mv.m}, {DNNL_ARG_WEIGHTS, mu.m}, {DNNL_ARG_DST, mm.m},
-                                 {DNNL_ARG_SCRATCHPAD, scratch.m}};
-      if (dnnl_primitive_execute(wn->mm.prim, stream, 4, args) != dnnl_success) failed = 1;
-      winof_output_any(wn, m.data(), t0, count, wn->chunk, out);
-    }
+    // The last chunk may hold fewer tiles: the matmul runs on all its rows (those past `count` hold an
+    // earlier chunk's transforms, or zeros), and the output transform reads only the first `count`.
+    winof_input_any(wn, in, t0, count, wn->chunk, v.data());
+    if (!matmul_on(stream, wn->mm, wn->v, v.data(), wn->uw, wn->u.data(), wn->m, m.data())) return false;
+    winof_output_any(wn, m.data(), t0, count, wn->chunk, out);
+    return true;
   });
-  if (failed) throw Failure{"the Winograd matmul failed"};
 }
 
 // The Winograd problem of a call: in (blocked, b 16 or 8), out (blocked alike), w (O, C, 3, 3) float32,
@@ -1378,11 +1410,27 @@ WinoF *winof_of(int *ndims, int64_t **shapes, const char **dtypes, void **params
   return get_winof(WinoFKey{in[0], ci, co, in[2], in[3], b});
 }
 
+// A forward or backward-data call (pass FWD or BWD_DATA; where x, y, w and the geometry are among the
+// parameters, as `call` takes them) by Winograd where winof_of applies, else by oneDNN's kernel.
+int winof_call(const char *name, int want, Pass pass, int x_at, int y_at, int w_at, int g_at, int nparam,
+               void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const bool turned = pass == BWD_DATA;  // backward-data: dy in, dx out
+  const int in_at = turned ? y_at : x_at, out_at = turned ? x_at : y_at;
+  WinoF *wn = nparam == want ? winof_of(ndims, shapes, dtypes, params, in_at, out_at, w_at, g_at, turned) : nullptr;
+  if (!wn) return call(name, want, nparam, params, ndims, shapes, dtypes, pass, x_at, y_at, w_at, g_at);
+  return guarded(name, want, nparam, [&] {
+    std::lock_guard<std::mutex> g(runtime().exec_m);
+    winof_weights(wn, static_cast<float *>(params[w_at]), turned);
+    winof_run(wn, static_cast<float *>(params[in_at]), static_cast<float *>(params[out_at]));
+  });
+}
+
 // ---- The weight gradient in chunks (WinogradBackwardWeights on layers of few channels, e.g. ResNet-18's
 // 64-channel layer1 on 16x16 maps): each thread transforms a chunk of x's tiles (V) and dy's (M = A g A^T),
 // adds M^T . V into its own dU (16, cop, cip), all in its L2, and the threads' dU are summed and folded to
-// 3x3 at the end. Where dU is larger than a quarter of L2 (128 channels and more) the unchunked Wino above
-// runs: there a chunk's sum would stream dU through memory once per chunk.
+// 3x3 at the end. Where dU is larger (128 channels and more) the unchunked Wino above runs on maps up to
+// 8x8, oneDNN's kernel beyond: a chunk's sum would stream dU through memory once per chunk. Measured in
+// training on that layer1: 5.7 ms a call against oneDNN's 6.6 (other processes, same hour).
 bool winof_dw_fits(const WinoF *wn) { return 16 * wn->cip * wn->cop * 4 <= 512 * 1024; }
 
 // M[xi][tile - t0][o] = (A g A^T)[xi] for dy's 2x2 tiles g (blocked, cop channels) t0..t0+count, in planes
@@ -1427,28 +1475,13 @@ VECTOR_CLONES void winof_dweight(const WinoF *wn, const std::vector<std::vector<
                                  float *dw) {
   const int64_t b = wn->b, c = wn->ci, plane = wn->cop * wn->cip;
   for (int64_t c0 = 0; c0 < c; c0 += b) {
-    float x[4][4][16] = {}, t[3][4][16], r9[3][3][16];
+    float x[4][4][16] = {};
     for (int part = 0; part < np; ++part)
       for (int p = 0; p < 16; ++p) {
         const float *src = parts[part].data() + p * plane + o * wn->cip + c0;
         for (int64_t k = 0; k < b; ++k) x[p / 4][p % 4][k] += src[k];
       }
-    for (int q = 0; q < 4; ++q)
-      for (int64_t k = 0; k < b; ++k) {
-        t[0][q][k] = x[0][q][k] + 0.5f * (x[1][q][k] + x[2][q][k]);
-        t[1][q][k] = 0.5f * (x[1][q][k] - x[2][q][k]);
-        t[2][q][k] = 0.5f * (x[1][q][k] + x[2][q][k]) + x[3][q][k];
-      }
-    for (int r = 0; r < 3; ++r)
-      for (int64_t k = 0; k < b; ++k) {
-        r9[r][0][k] = t[r][0][k] + 0.5f * (t[r][1][k] + t[r][2][k]);
-        r9[r][1][k] = 0.5f * (t[r][1][k] - t[r][2][k]);
-        r9[r][2][k] = 0.5f * (t[r][1][k] + t[r][2][k]) + t[r][3][k];
-      }
-    float *out = dw + (o * c + c0) * 9;
-    for (int64_t k = 0; k < std::min(b, c - c0); ++k)
-      for (int r = 0; r < 3; ++r)
-        for (int q = 0; q < 3; ++q) out[k * 9 + r * 3 + q] = r9[r][q][k];
+    fold_3x3(x, b, std::min(b, c - c0), dw + (o * c + c0) * 9);
   }
 }
 
@@ -1456,7 +1489,7 @@ VECTOR_CLONES void winof_dweight(const WinoF *wn, const std::vector<std::vector<
 void winof_dw_pass(WinoF *wn) {
   std::lock_guard<std::mutex> g(cache_m);
   if (wn->dw_mm.prim) return;
-  const int64_t c = wn->chunk, vs = plane_stride(c, wn->cip), ms = plane_stride(c, wn->cop);
+  const int64_t c = wn->chunk, ms = plane_stride(c, wn->cop);
   dnnl_dims_t m_d = {16, wn->cop, c}, m_s = {ms, 1, wn->cop}, u_d = {16, wn->cop, wn->cip};
   wn->m_t.init_strides(m_d, m_s, 3);  // held as (16, tiles, O): read transposed
   wn->du.init(u_d, dnnl_abc, dnnl_f32, 3);
@@ -1472,46 +1505,27 @@ void winof_dw_pass(WinoF *wn) {
   dnnl_primitive_attr_destroy(attr);
   check(st, "Winograd backward-weights matmul");
   check(dnnl_primitive_create(&wn->dw_mm.prim, wn->dw_mm.pd), "Winograd backward-weights matmul");
-  (void)vs;
 }
 
 void winof_backward_weights(WinoF *wn, const float *x, const float *dy, float *dw) {
   winof_dw_pass(wn);
-  const int64_t chunks = (wn->tiles + wn->chunk - 1) / wn->chunk;
-  Pool &pool = runtime().pool;
-  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pool.get_num_threads(), chunks)));
-  if (static_cast<int>(wn->dw_parts.size()) < parts) wn->dw_parts.resize(parts);
-  std::atomic<int> failed{0};
-  pool.parallel_for(parts, [&](int part, int np) {
+  const size_t du_size = static_cast<size_t>(16 * wn->cop * wn->cip);
+  wn->dw_parts.resize(static_cast<size_t>(runtime().pool.get_num_threads()));
+  for (auto &du : wn->dw_parts) du.assign(du_size, 0.0f);
+  const int parts = per_chunk(wn, [&](int part, int64_t t0, int64_t count, dnnl_stream_t stream) {
     thread_local std::vector<float> v, m;
     const int64_t vs = plane_stride(wn->chunk, wn->cip), ms = plane_stride(wn->chunk, wn->cop);
     v.resize(static_cast<size_t>(16 * vs));
     m.resize(static_cast<size_t>(16 * ms));
-    std::vector<float> &du = wn->dw_parts[part];
-    du.assign(static_cast<size_t>(16 * wn->cop * wn->cip), 0.0f);
-    thread_local Pool one(1);
-    thread_local dnnl_stream_t stream = nullptr;
-    if (!stream && dnnl_threadpool_interop_stream_create(&stream, runtime().engine, &one) != dnnl_success) {
-      failed = 1;
-      return;
-    }
-    for (int64_t ch = chunks * part / np; ch < chunks * (part + 1) / np; ++ch) {
-      const int64_t t0 = ch * wn->chunk, count = std::min(wn->chunk, wn->tiles - t0);
-      winof_input_any(wn, x, t0, count, wn->chunk, v.data());
-      winof_grad_any(wn, dy, t0, count, wn->chunk, m.data());
-      if (count < wn->chunk)  // the rows past the last tile must add nothing to the sums
-        for (int p = 0; p < 16; ++p) {
-          std::fill(v.begin() + p * vs + count * wn->cip, v.begin() + p * vs + wn->chunk * wn->cip, 0.0f);
-          std::fill(m.begin() + p * ms + count * wn->cop, m.begin() + p * ms + wn->chunk * wn->cop, 0.0f);
-        }
-      Mem mm(wn->m_t.md, m.data()), mv(wn->v.md, v.data()), mu(wn->du.md, du.data());
-      Mem scratch(dnnl_primitive_desc_query_md(wn->dw_mm.pd, dnnl_query_scratchpad_md, 0), nullptr);
-      dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mm.m}, {DNNL_ARG_WEIGHTS, mv.m}, {DNNL_ARG_DST, mu.m},
-                                 {DNNL_ARG_SCRATCHPAD, scratch.m}};
-      if (dnnl_primitive_execute(wn->dw_mm.prim, stream, 4, args) != dnnl_success) failed = 1;
-    }
+    winof_input_any(wn, x, t0, count, wn->chunk, v.data());
+    winof_grad_any(wn, dy, t0, count, wn->chunk, m.data());
+    if (count < wn->chunk)  // the rows past the last tile must add nothing to the sums
+      for (int p = 0; p < 16; ++p) {
+        std::fill(v.begin() + p * vs + count * wn->cip, v.begin() + p * vs + wn->chunk * wn->cip, 0.0f);
+        std::fill(m.begin() + p * ms + count * wn->cop, m.begin() + p * ms + wn->chunk * wn->cop, 0.0f);
+      }
+    return matmul_on(stream, wn->dw_mm, wn->m_t, m.data(), wn->v, v.data(), wn->du, wn->dw_parts[part].data());
   });
-  if (failed) throw Failure{"the Winograd backward-weights matmul failed"};
   per_output(wn->co, [&](int64_t o) { winof_dweight(wn, wn->dw_parts, parts, o, dw); });
 }
 
@@ -1668,24 +1682,12 @@ int DenseBackwardWeights(int nparam, void **params, int *ndims, int64_t **shapes
 // layers where it pays), else oneDNN's convolution: x, w, geometry -> y, as ConvForward. Its backward:
 // WinofBackwardData and WinogradBackwardWeights.
 int WinofForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  WinoF *wn = nparam == 4 ? winof_of(ndims, shapes, dtypes, params, 0, 3, 1, 2, false) : nullptr;
-  if (!wn) return call("WinofForward", 4, nparam, params, ndims, shapes, dtypes, FWD, 0, 3, 1, 2);
-  return guarded("WinofForward", 4, nparam, [&] {
-    std::lock_guard<std::mutex> g(runtime().exec_m);
-    winof_weights(wn, static_cast<float *>(params[1]), false);
-    winof_run(wn, static_cast<float *>(params[0]), static_cast<float *>(params[3]));
-  });
+  return winof_call("WinofForward", 4, FWD, 0, 3, 1, 2, nparam, params, ndims, shapes, dtypes);
 }
 
 // Backward data by Winograd F(2x2, 3x3), as ConvBackwardData: dy, w, x (for its shape), geometry -> dx.
 int WinofBackwardData(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  WinoF *wn = nparam == 5 ? winof_of(ndims, shapes, dtypes, params, 0, 4, 1, 3, true) : nullptr;
-  if (!wn) return call("WinofBackwardData", 5, nparam, params, ndims, shapes, dtypes, BWD_DATA, 4, 0, 1, 3);
-  return guarded("WinofBackwardData", 5, nparam, [&] {
-    std::lock_guard<std::mutex> g(runtime().exec_m);
-    winof_weights(wn, static_cast<float *>(params[1]), true);
-    winof_run(wn, static_cast<float *>(params[0]), static_cast<float *>(params[4]));
-  });
+  return winof_call("WinofBackwardData", 5, BWD_DATA, 4, 0, 1, 3, nparam, params, ndims, shapes, dtypes);
 }
 
 // ConvForward under another name: the forward whose backward is WinogradBackwardWeights (blocked.conv_op).
