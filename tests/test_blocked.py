@@ -200,10 +200,10 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
 # dense (corner pixels share no tap): the operator is exact for any geometry, dense_feasible only decides where
 # it pays. winograd-dw (the weight gradient): 4x4 maps (layer3's), with channels no multiple of a block and
 # more tiles than threads, and 2x2 (every tile at once); an odd map of few channels (in chunks); where the
-# operator's shapes rule it out (a stride, a 1x1 kernel) oneDNN's kernel computes it, and must give the same. winograd (all three passes; the weight gradient
-# up to 8x8): channels no multiple of a block, a map no multiple of the 2x2 tile (9x9: edge tiles cut), more
-# tiles than a thread's chunk (16x16, 64 channels, batch 8: chunks that end inside an image), a 2x2 map; a
-# stride or a 1x1 kernel go to oneDNN's kernels.
+# operator's shapes rule it out (a stride, a 1x1 kernel) oneDNN's kernel computes it, and must give the same.
+# winograd (all three passes): channels no multiple of a block, a map no multiple of the 2x2 tile (9x9: edge
+# tiles cut), more tiles than a thread's chunk (16x16, 64 channels, batch 8: chunks that end inside an image,
+# the weight gradient in chunks), a 2x2 map; a stride or a 1x1 kernel go to oneDNN's kernels.
 @pytest.mark.parametrize(
     "kind,shape",
     [
