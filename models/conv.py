@@ -134,8 +134,8 @@ class PathConv2d(nn.Conv2d):
         outside blocked bodies. Likewise a layer that `winograd_feasible` names (layer3's 3x3 convolutions on
         4x4 maps) computes its weight gradient by Winograd on the blocked tensors ("winograd-dw": oneDNN's
         forward and backward-data kernels, blocked.conv_op(winograd_dw=True)), and one that
-        `winograd_all_feasible` names (3x3 stride-1 layers on maps of 8x8 and more) its forward and backward-data
-        passes ("winograd": oneDNN's backward-weights kernel, blocked.conv_op(winograd=True))."""
+        `winograd_all_feasible` names (3x3 stride-1 layers on maps of 8x8 and more) all three passes
+        ("winograd", blocked.conv_op(winograd=True); the weight gradient where `winograd_dw_runs`)."""
         from runner.models import blocked
 
         chosen = choose_dense and not blocked.ALL_ONEDNN
@@ -317,7 +317,7 @@ def winograd_dw_runs(height: int, width: int, cin: int, cout: int, b: int) -> bo
 
 def winograd_all_feasible(kernel_size: int, stride: int, padding: int, size) -> bool:
     """Whether a blocked body runs all three passes of this layer by Winograd's F(2x2, 3x3) (csrc
-    WinofForward; the weight gradient where WinogradBackwardWeights takes the maps, up to 8x8): 3x3,
+    WinofForward; the weight gradient where `winograd_dw_runs`, else oneDNN's kernel): 3x3,
     stride 1, pad 1 on maps of 8x8 and more, where oneDNN's direct kernels already run at the machine's peak
     and only fewer multiplications are faster. On 4x4 maps (four tiles per image) only the weight gradient
     pays (`winograd_feasible`)."""
