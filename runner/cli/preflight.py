@@ -604,7 +604,13 @@ def compose_like_hydra(app, args) -> list:
     config_path = args.config_path if args.config_path is not None else app.config_path
     if args.config_dir is not None and not os.path.isdir(os.path.abspath(args.config_dir)):
         raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory.")
-    overrides = list(args.overrides)
+    from runner.cli.argv import hydra_overrides
+
+    # As the command line hands them to Hydra (runner/cli/app.py): `+experiment=x` is the slot's experiment=x.
+    argv = (["--config-path", str(args.config_path)] if args.config_path is not None else []) + (
+        ["--config-name", str(args.config_name)] if args.config_name else []
+    )
+    overrides = hydra_overrides(argv + list(args.overrides), app.config_name, app.config_path)[len(argv) :]
     with hydra_seam.composer(app.task, config_path, args.config_dir) as hydra:
         try:
             check_no_option(hydra, overrides)
