@@ -43,11 +43,10 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 def compose(*overrides: str) -> "DictConfig":
     """The typed config `runner-train <overrides>` would run (validated by train(), not here)."""
-    from runner.cli.argv import hydra_overrides
-    from runner.cli.hydra_seam import CONFIG_PATH
+    from runner.config.overrides import slotted
 
     with initialize_config_module("runner.conf", version_base="1.3"):
-        return hydra_compose("config", overrides=hydra_overrides(list(overrides), "config", CONFIG_PATH))
+        return hydra_compose("config", overrides=slotted(list(overrides)))
 
 
 def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Optional["RunMetrics"]:

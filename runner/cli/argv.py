@@ -12,11 +12,8 @@ from importlib import metadata
 from typing import Callable, List, Optional, Tuple
 
 from runner.cli import hydra_seam
+from runner.config.overrides import slotted
 from runner.errors import ConfigError
-
-# Groups whose slot conf/config.yaml's defaults list holds empty (`- experiment: null`): Hydra refuses
-# `+experiment=x` next to that slot ("Multiple values for experiment"), which earlier releases documented.
-SLOTTED = ("experiment",)
 
 
 def version_line(command: str) -> str:
@@ -142,14 +139,7 @@ def hydra_overrides(argv: List[str], config_name: str, config_path: str) -> List
     whose defaults list holds the experiment slot; any other primary config is left as written."""
     if config_name != "config" or config_path != hydra_seam.CONFIG_PATH or _other_primary(argv):
         return list(argv)
-    return [_slotted(a) for a in argv]
-
-
-def _slotted(arg: str) -> str:
-    for group in SLOTTED:
-        if arg.startswith(f"+{group}="):
-            return arg[1:]
-    return arg
+    return slotted(list(argv))
 
 
 def _other_primary(argv: List[str]) -> bool:

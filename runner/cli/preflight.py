@@ -625,22 +625,7 @@ def compose_like_hydra(app, args) -> list:
             params = base.hydra.sweeper.get("params") or {}
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
             arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
-            swept = _swept(parser, arguments)
-            jobs = _job_overrides(parser, arguments)
-            prefix = _as_written(base.hydra.overrides.hydra)
-            if jobs:
-                # The sweep's own config holds no swept value: a misspelled swept key (`optim.lrr=0.1,0.2`) would
-                # fail every job in the launcher with Hydra's raw message. The first job shows it.
-                check = hydra.compose(config_name, prefix + jobs[0], False)
-            if not (
-                any(len(v) > 1 and _may_change_hydra(hydra, k.lstrip("+~")) for k, v in swept.items())
-                or depends_on_the_job(base)
-                or _sweep_dir_holds_jobs(base)
-            ):
-                return configs
-            for num, job in enumerate(jobs):
-                configs.append((check if num == 0 else hydra.compose(config_name, prefix + job, False), num, True))
-            return configs
+            return configs + _jobs_to_check(hydra, config_name, base, parser, arguments)
         except COMPOSE_ERRORS as e:
             check_package_header(e)
             check_unknown_key(hydra, config_name, overrides, e)
@@ -648,6 +633,27 @@ def compose_like_hydra(app, args) -> list:
         except KeyError as e:
             check_env_copy(e)
             raise
+
+
+def _jobs_to_check(hydra, config_name: str, base, parser, arguments: list) -> list:
+    """[(config, job number, True)] of the sweep's jobs the rules must see one by one: all of them where they may
+    differ in what the rules check or the sweep directory holds jobs, else none. The first job is composed in any
+    case: the sweep's own config holds no swept value, and a misspelled swept key (`optim.lrr=0.1,0.2`) would
+    fail every job in the launcher with Hydra's raw message."""
+    swept = _swept(parser, arguments)
+    jobs = _job_overrides(parser, arguments)
+    prefix = _as_written(base.hydra.overrides.hydra)
+    first = hydra.compose(config_name, prefix + jobs[0], False) if jobs else None
+    if not (
+        any(len(v) > 1 and _may_change_hydra(hydra, k.lstrip("+~")) for k, v in swept.items())
+        or depends_on_the_job(base)
+        or _sweep_dir_holds_jobs(base)
+    ):
+        return []
+    return [
+        (first if num == 0 else hydra.compose(config_name, prefix + job, False), num, True)
+        for num, job in enumerate(jobs)
+    ]
 
 
 def check_env_copy(error: KeyError) -> None:

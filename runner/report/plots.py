@@ -90,8 +90,17 @@ def sweep_figure(rows: list, groups: list, speed: bool, title: str):
 def _sweep_entries(rows: list, groups: list) -> list:
     """[(label, jobs)] of the bars: a combination and its seeds, or one job each."""
     if groups:
-        return [(f"{g.label} ({len(g.rows)} seeds)", g.rows) for g in groups]
+        return [(f"{g.label} ({_seeds_said(g.rows)})", g.rows) for g in groups]
     return [(f"#{r.job} {r.label}", [r]) for r in rows]
+
+
+def _seeds_said(rows: list) -> str:
+    """`3 seeds`, or `3 seeds, 1 failed` where some did not finish."""
+    said = f"{len(rows)} seed{'s' if len(rows) != 1 else ''}"
+    others = [r.status for r in rows if r.status != "ok"]
+    for status in sorted(set(others)):
+        said += f", {others.count(status)} {status}"
+    return said
 
 
 def _value_panel(ax, entries, y, colour, key, label, fmt, bars=False):
