@@ -172,6 +172,10 @@ def _process_state_restored():
         isolated_launcher._interrupted.update(interrupted)
         for run_dir in set(lock._held) - set(locks):  # the kernel releases them when a process exits
             lock._held.pop(run_dir).close()
+        from runner.rundir import sweep_jobs
+
+        for sweep_dir in list(sweep_jobs._sweeps_held):  # a sweep's lock, held by its process until it exits
+            sweep_jobs._sweeps_held.pop(sweep_dir).close()
         if "mindspore" in sys.modules:  # a run sets MindSpore's mode for the whole process (0: graph, its default)
             sys.modules["mindspore"].set_context(mode=0 if mode is None else mode)
 
