@@ -130,3 +130,82 @@ def test_the_estimates_hold_against_measured_runs(tmp_path, name, calibration_sp
     assert _plan_numbers(again.stdout)[1] == pytest.approx(m["step_time_median_ms"], abs=0.05)
     assert "this machine's run of this configuration" in again.stdout
     assert json.loads((tmp_path / "cache" / "mindspore-runner" / "speed.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------------
+# A plan quotes only comparable runs: its own configuration's record, or a host cost learned from runs that
+# step the same way (mode, precision, convolution path).
+
+
+def test_a_record_is_this_configurations_only():
+    from conftest import compose_cfg
+
+    from runner.report.speed import speed_key
+
+    base = speed_key(compose_cfg(*TINY), "onednn")
+    assert speed_key(compose_cfg(*TINY), "onednn") == base
+    for other in ["model.depth=56", "model.stem=imagenet", "padding.method=pad", "mode.jit_level=O1", "amp=o2",
+                  "augment=basic", "optim=adam", "optim.accumulate_steps=2", "batch_size=16"]:  # fmt: skip
+        assert speed_key(compose_cfg(*TINY, other), "onednn") != base, other
+    assert speed_key(compose_cfg(*TINY), "gemm") != base
+    for same in ["optim.lr=0.5", "seed=3", "epochs=4", "log_every=5", "experiment_name=x"]:  # what a step does not
+        assert speed_key(compose_cfg(*TINY, same), "onednn") == base, same
+
+
+def test_the_host_cost_is_learned_from_runs_that_step_alike():
+    from runner.report.flops import machine_key
+    from runner.training.plan import STEP_OVERHEAD_MS_PER_LAYER, host_ms_per_layer
+
+    here = machine_key(None)
+
+    def record(mode, amp, step_ms, name):
+        return f"{here} | {name} | x | batch 32 | {mode}", {
+            "step_ms": step_ms, "mode": mode, "amp": amp, "conv": "onednn", "layers": 10, "flops_per_step": 1e9,
+        }  # fmt: skip
+
+    # The README's sweep: the same network in PyNative O2 (1600 ms a step) and graph O0 (49 ms).
+    records = dict([record("pynative", "O2", 1600.0, "pynative"), record("graph", "O0", 49.0, "graph")])
+    graph, _ = host_ms_per_layer(records, 100.0, {"mode": "graph", "amp": "o0", "conv": "onednn"})
+    pynative, why = host_ms_per_layer(records, 100.0, {"mode": "pynative", "amp": "O2", "conv": "onednn"})
+    compute = 1e9 / (100.0 * 1e9 * 0.55) * 1000
+    assert graph == pytest.approx((49.0 - compute) / 10) and pynative == pytest.approx((1600.0 - compute) / 10)
+    assert "run of pynative" in why
+    # auto is O0 on CPU: a run recorded as auto steps as one of O0 does.
+    records = dict([record("graph", "auto", 49.0, "auto")])
+    assert host_ms_per_layer(records, 100.0, {"mode": "graph", "amp": "O0", "conv": "onednn"})[0] == graph
+    # Nothing alike recorded: the reference machine's cost, and the plan says what it looked for.
+    cost, why = host_ms_per_layer(records, 100.0, {"mode": "jit", "amp": "O0", "conv": "onednn"})
+    assert cost == STEP_OVERHEAD_MS_PER_LAYER and "no run of this machine recorded as jit O0, conv onednn" in why
+
+
+def test_a_deeper_network_is_not_planned_from_a_shallower_ones_run(tmp_path):
+    from conftest import compose_cfg
+
+    from runner.report.speed import speed_key
+
+    env = _cache_without_records(tmp_path)
+    speed = tmp_path / "cache" / "mindspore-runner" / "speed.json"
+    speed.parent.mkdir(parents=True, exist_ok=True)
+    record = {"step_ms": 11.2, "when": "earlier", "conv": "onednn", "mode": "graph", "amp": "auto"}
+    speed.write_text(json.dumps({speed_key(compose_cfg(*TINY), "onednn"): record}))
+    proc = cli_in_process(*TINY, "model.depth=56", "plan=true", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "this configuration" not in proc.stdout and "~11.2 ms a step" not in proc.stdout, proc.stdout
+    proc = cli_in_process(*TINY, "plan=true", env=env)
+    assert "~11.2 ms a step" in proc.stdout and "this machine's run of this configuration" in proc.stdout
+
+
+def test_a_refused_plan_leaves_no_run_directory(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("path,label\nnone.png,1\n")
+    run_dir = tmp_path / "run"
+    proc = cli_in_process("plan=true", "data=csv", f"data.root={tmp_path / 'data'}", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2 and "val.csv" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not run_dir.exists()
+
+
+def test_the_docs_example_is_the_output_of_its_command():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "plan.md").read_text()
+    command = re.search(r"```\n(python -m runner [^\n]*plan=true)\n```", text).group(1)
+    shown = re.search(r"Plan for (\S+), batch (\d+), input", text)
+    assert f"model={shown.group(1)}" in command and f"batch_size={shown.group(2)}" in command, (command, shown)
