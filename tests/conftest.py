@@ -62,6 +62,25 @@ def has_compiler() -> bool:
         return False
 
 
+# The one reason every test of the compiled oneDNN operators skips with; the summary counts them and names the fix.
+COMPILER_REASON = "needs a C++ compiler to build the oneDNN operators (install g++: apt-get install g++, or set CXX)"
+
+
+def needs_compiler():
+    """The skip mark of a test that builds or runs the compiled oneDNN operators."""
+    return pytest.mark.skipif(not has_compiler(), reason=COMPILER_REASON)
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if COMPILER_REASON in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} test(s) of the compiled oneDNN operators skipped: this machine has no C++ compiler. "
+            "Install g++ (Debian/Ubuntu: apt-get install g++) or set CXX to run them; `make test` says so too.",
+            yellow=True,
+        )
+
+
 def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=None):
     """`python -m runner` from the repository root, with its outputs under run_dir unless it is None."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"

@@ -10,7 +10,7 @@ import sys
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import has_compiler, metrics, outputs_of, run_module
+from conftest import metrics, needs_compiler, outputs_of, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import blocked
@@ -18,7 +18,7 @@ from runner.models.resnet import resnet
 
 pytestmark = [
     pytest.mark.cpu_only,
-    pytest.mark.skipif(not has_compiler(), reason="blocked bodies run the oneDNN library built with a compiler"),
+    needs_compiler(),  # blocked bodies run the oneDNN library built with a compiler
 ]
 
 
