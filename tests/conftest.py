@@ -62,6 +62,20 @@ def has_compiler() -> bool:
         return False
 
 
+def cpu_class() -> str:
+    """The class of CPU a run's figures belong to: the widest vector ISA the kernels dispatch to, and the threads
+    they split reductions over. Within a class a run is deterministic (tests/test_train.py pins a curve); across
+    classes the kernels sum in another order, and the docs quote figures per class (tests/test_readme.py)."""
+    from runner.models.onednn import cpu_flags
+
+    flags = cpu_flags() or frozenset()
+    if "avx512f" in flags:
+        isa = "AVX-512 with AVX512_BF16" if "avx512_bf16" in flags else "AVX-512"
+    else:
+        isa = "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{isa}, {len(os.sched_getaffinity(0))} threads"
+
+
 # The one reason every test of the compiled oneDNN operators skips with; the summary counts them and names the fix.
 COMPILER_REASON = "needs a C++ compiler to build the oneDNN operators (install g++: apt-get install g++, or set CXX)"
 

@@ -27,6 +27,7 @@ def test_two_workers_agree_and_match_single_process(tmp_path):
     for name in ("metrics.json", "model.ckpt", "config.yaml", ".hydra/config.yaml", "checkpoints/latest.json"):
         assert (dp / name).exists(), name
     a, b = metrics(one), metrics(dp)
+    print("MEASURED", a["val_loss"], b["val_loss"], a["val_accuracy"], b["val_accuracy"], flush=True)
     assert b["distributed"] == {"workers": 2, "per_rank_batch": a["batch_size"] // 2, "threads_per_rank": 1}
     assert b["steps"] == a["steps"]  # same global batch, same number of optimizer steps
     # Tolerance: the same global batch is made of two per-rank shards with per-rank BatchNorm
