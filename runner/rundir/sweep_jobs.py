@@ -57,10 +57,9 @@ def saved_identity(job_dir: str) -> Optional[dict]:
     import yaml
 
     try:
-        with open(os.path.join(job_dir, HYDRA_CONFIG)) as f:
-            saved = yaml.safe_load(f)
+        saved = yaml.safe_load(layout.read_record(os.path.join(job_dir, HYDRA_CONFIG)) or "")
         return saved if isinstance(saved, dict) else None
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+    except (ValueError, yaml.YAMLError):  # layout.RecordProblem: never opens a FIFO, never follows a loop
         return None
 
 
@@ -173,11 +172,12 @@ def recorded_plan(job_dir: str, since: Optional[float]) -> Optional[dict]:
     """The JOB_RECORD this sweep wrote for job_dir ({"action", "detail"}), None when the job did not run in it
     (since: when this sweep started; None: any record)."""
     try:
-        with open(os.path.join(job_dir, JOB_RECORD)) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+        record = layout.read_json_record(os.path.join(job_dir, JOB_RECORD))
+    except layout.RecordProblem:
         return None
-    if not isinstance(record, dict) or (since is not None and float(record.get("at", 0)) < since):
+    if not isinstance(record, dict) or not isinstance(record.get("at", 0), (int, float)):
+        return None
+    if since is not None and float(record.get("at", 0)) < since:
         return None
     return record
 
