@@ -261,3 +261,24 @@ def test_the_same_sweep_started_twice_at_once(tmp_path):
     assert first.returncode == 0, out[-3000:]
     assert not list(tmp_path.glob("*/failed.json"))
     assert [r["status"] for r in _summary(tmp_path).values()] == ["ok", "ok"]
+
+
+def test_a_fifo_among_a_sweeps_records_is_no_record_and_no_hang(tmp_path):
+    import threading
+
+    from runner.rundir.sweep_jobs import recorded_plan
+
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    os.mkfifo(tmp_path / "0" / ".hydra" / "config.yaml")
+    os.mkfifo(tmp_path / "0" / "sweep_job.json")
+    found = {}
+    thread = threading.Thread(
+        target=lambda: found.update(
+            name=subdir_for(str(tmp_path), 0, {"seed": 0}), plan=recorded_plan(str(tmp_path / "0"), None)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "a FIFO was opened"
+    assert found == {"name": "0-" + found["name"][2:], "plan": None} and found["name"] != "0"
