@@ -316,7 +316,7 @@ def test_master_port_in_use_is_named_before_msrun_waits(tmp_path):
         proc = run_in_process(tmp_path, "distributed=dp", f"distributed.master_port={port}", *TINY, check=False)
     clean_error(proc, f"distributed.master_port={port}", "in use")
     # Named before msrun started (it would have waited distributed.timeout_s for its ranks): no rank was launched.
-    assert not (tmp_path / "rank_logs").exists() and "msrun" not in proc.stdout
+    assert not list(tmp_path.glob("rank_logs/*.log"))  # msrun's scheduler and workers log there once started
 
 
 def test_quoted_run_dir_under_dp(tmp_path):

@@ -158,7 +158,7 @@ def test_a_sweep_another_process_runs_is_refused_before_it_writes(tmp_path):
 
 
 def test_a_job_refused_for_another_process_writes_nothing_into_its_directory(tmp_path):
-    from runner.rundir import lock
+    from runner.rundir import lock, status
 
     job = tmp_path / "0"
     job.mkdir()
@@ -168,14 +168,14 @@ def test_a_job_refused_for_another_process_writes_nothing_into_its_directory(tmp
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        assert lock.held_by_another(str(job))
+        assert status.held_by_another(str(job))
     finally:
         holder.kill()
         holder.wait()
-    assert not lock.held_by_another(str(job))
+    assert not status.held_by_another(str(job))
     lock.acquire(str(job))
     try:
-        assert not lock.held_by_another(str(job))  # this process's own job: its failure is recorded
+        assert not status.held_by_another(str(job))  # this process's own job: its failure is recorded
     finally:
         lock.release(str(job))
 

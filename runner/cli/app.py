@@ -127,7 +127,7 @@ def _record_failed_job(e: BaseException, mine: bool) -> None:
 
     from runner.rundir.atomic import write_json
     from runner.rundir.layout import RunDir
-    from runner.rundir.lock import held_by_another
+    from runner.rundir.status import held_by_another
 
     if mine:
         print_user_error(e)

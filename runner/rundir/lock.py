@@ -78,14 +78,6 @@ def check_free(argv) -> None:
     release(run_dir)
 
 
-def held_by_another(run_dir: str) -> bool:
-    """Whether a live process other than this one (and not its launcher) holds run_dir's lock."""
-    from runner.rundir.status import locked
-
-    run_dir = os.path.abspath(run_dir)
-    return run_dir not in _held and not held_by_parent(run_dir) and locked(run_dir)
-
-
 def release(run_dir: str) -> None:
     """Drop this process's lock on run_dir (the OS does it at exit anyway)."""
     f = _held.pop(os.path.abspath(run_dir), None)

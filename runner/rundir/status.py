@@ -89,6 +89,14 @@ def locked(run_dir: str) -> bool:
     return False
 
 
+def held_by_another(run_dir: str) -> bool:
+    """Whether a live process other than this one (and not its launcher) holds run_dir's lock."""
+    from runner.rundir import lock
+
+    run_dir = os.path.abspath(run_dir)
+    return run_dir not in lock._held and not lock.held_by_parent(run_dir) and locked(run_dir)
+
+
 def _json(path: str, shape=None):
     """A JSON record (layout.read_json_record): None when absent, RecordProblem when it cannot be read."""
     return layout.read_json_record(path, shape)
@@ -155,19 +163,7 @@ def read_run(run_dir: str) -> RunInfo:
     elif problem and problem[0] == TOO_OLD:
         info.status, info.detail = problem
     elif not _there(rd.config):
-        left = [n for n in (layout.METRICS, layout.MODEL, layout.COMPLETE) if _there(os.path.join(run_dir, n))]
-        info.status = HALF_WRITTEN
-        if failure is not None:
-            info.detail = f"failed before it started: {failure[1]}"
-            if failure[0] != "Interrupted":
-                info.status = FAILED
-        elif left or rd.has_checkpoint():
-            info.detail = (
-                f"no {layout.CONFIG}, though the run left {', '.join(left) or layout.CHECKPOINTS}: its "
-                "configuration was removed, and what it left cannot be continued"
-            )
-        else:
-            info.detail = f"no {layout.CONFIG}: the run stopped before it wrote its configuration"
+        info.status, info.detail = _without_config(rd, failure)
     elif problem:
         info.status, info.detail = problem
     elif complete is not None:
@@ -188,6 +184,19 @@ def read_run(run_dir: str) -> RunInfo:
             f" at step {info.steps}; resume=true continues it" if info.resumable else " before its first checkpoint"
         )
     return info
+
+
+def _without_config(rd: layout.RunDir, failure) -> tuple:
+    """(status, detail) of a directory with a run's records and no config.yaml."""
+    if failure is not None:
+        return (HALF_WRITTEN if failure[0] == "Interrupted" else FAILED), (f"failed before it started: {failure[1]}")
+    left = [n for n in (layout.METRICS, layout.MODEL, layout.COMPLETE) if _there(os.path.join(rd.path, n))]
+    if left or rd.has_checkpoint():
+        return HALF_WRITTEN, (
+            f"no {layout.CONFIG}, though the run left {', '.join(left) or layout.CHECKPOINTS}: its configuration "
+            "was removed, and what it left cannot be continued"
+        )
+    return HALF_WRITTEN, f"no {layout.CONFIG}: the run stopped before it wrote its configuration"
 
 
 def _complete(rd: layout.RunDir) -> Optional[dict]:
