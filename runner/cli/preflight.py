@@ -625,6 +625,10 @@ def compose_like_hydra(app, args) -> list:
             params = base.hydra.sweeper.get("params") or {}
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
             arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
+            if str(base.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
+                from runner.rundir.sweep_jobs import check_distinct
+
+                check_distinct(_job_overrides(parser, arguments))
             return configs + _jobs_to_check(hydra, config_name, base, parser, arguments)
         except COMPOSE_ERRORS as e:
             check_package_header(e)
@@ -851,6 +855,10 @@ def _preflight(app, argv) -> None:
                 _before_run(app.before_run, cfg, num, in_sweep)
         # Last: its probe file is written only where the checks above let the run write.
         check_output_dir(output_root(base, multirun))
+        if multirun:
+            from runner.rundir.sweep_jobs import claim_sweep
+
+            claim_sweep(base)  # held until this process exits: the same sweep started twice is refused here
 
 
 def check_sweep_dir(cfg) -> None:

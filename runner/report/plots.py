@@ -77,7 +77,7 @@ def sweep_figure(rows: list, groups: list, speed: bool, title: str):
 
     if speed:
         thr, comp = fig.add_subplot(grid[2, 0]), fig.add_subplot(grid[2, 1])
-        base = f"#{rows[0].job}"
+        base = rows[0].name
         _value_panel(thr, entries, y, colour, "throughput_samples_per_s", f"throughput (samples/s; xN: speedup vs "
                      f"{base})", "{:.0f}", bars=True)  # fmt: skip
         _value_panel(comp, entries, y, colour, "compile_seconds", "graph compile (s)", "{:.2f} s", bars=True)
@@ -91,7 +91,7 @@ def _sweep_entries(rows: list, groups: list) -> list:
     """[(label, jobs)] of the bars: a combination and its seeds, or one job each."""
     if groups:
         return [(f"{g.label} ({_seeds_said(g.rows)})", g.rows) for g in groups]
-    return [(f"#{r.job} {r.label}", [r]) for r in rows]
+    return [(f"{r.name} {r.label}", [r]) for r in rows]
 
 
 def _seeds_said(rows: list) -> str:
