@@ -1,33 +1,19 @@
 """`runner-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
 typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
-import signal
-import sys
+import logging
+import math
+import os
+from typing import Optional
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 
-def _terminated_while_starting(signum, frame):
-    # Python's default for SIGTERM ends the process silently (rc -15); the imports below take seconds, and
-    # the CLI installs its own handler (runner/cli/app.py entry_point) only after them.
-    print("Interrupted by SIGTERM (signal 15).", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
-
-
-if __name__ == "__main__" and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-    signal.signal(signal.SIGTERM, _terminated_while_starting)
-
-import logging  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-from typing import Optional  # noqa: E402
-
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from hydra.types import RunMode  # noqa: E402
-
-from runner.cli.app import entry_point  # noqa: E402
-from runner.config.schema import register  # noqa: E402
-from runner.rundir import sweep_jobs  # noqa: E402
-from runner.rundir.claim import check_run_dir  # noqa: E402
-from runner.rundir.lock import check_free  # noqa: E402
+from runner.cli.app import entry_point
+from runner.config.schema import register
+from runner.rundir import sweep_jobs
+from runner.rundir.claim import check_run_dir
+from runner.rundir.lock import check_free
 
 register()
 # sweep_jobs registers ${runner_sweep_job:...} (hydra.sweep.subdir) when imported: a joblib worker gets main
@@ -86,6 +72,10 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
         validate(cfg, init_from_problems)  # as runner.api.train does first
         check_tools(cfg)
         check_loggers(cfg)
+        if cfg.dry_run:  # its data and device too, before Hydra writes the directory the dry run would discard
+            from runner.api import check_before_training
+
+            check_before_training(cfg)
     else:
         job = sweep_jobs.plan(cfg, run_dir)
         if job.action == sweep_jobs.BUSY:

@@ -22,8 +22,9 @@ import hydra
 
 from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
 from runner.cli import hydra_seam
+from runner.cli.starting import catch_signals_while_exiting, exit_interrupted
 from runner.errors import Interrupted, print_user_error, user_errors
-from runner.training.interrupts import route_sigint
+from runner.training.interrupts import note_signal, route_sigint
 
 # The signal (SIGINT or SIGTERM) that reached this process through the CLI's own handler; False: none.
 _interrupted: "int | bool" = False
@@ -37,6 +38,7 @@ def interrupted() -> bool:
 def _on_signal(signum, frame):
     global _interrupted
     _interrupted = signum
+    note_signal(signum)  # for the run's record of what stopped it (runner/rundir/status.py record_end)
     raise KeyboardInterrupt
 
 
@@ -47,12 +49,9 @@ _on_sigint = _on_signal
 def quiet_interrupt(signum: "int | None" = None) -> None:
     """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback. Without
     signum: the signal the CLI's handler saw (SIGINT when none was recorded: Python's own Ctrl-C)."""
-    from runner.errors import signal_name
-
     if signum is None:
         signum = int(_interrupted) if _interrupted else int(signal.SIGINT)
-    print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
+    exit_interrupted(signum)
 
 
 def interrupt_signal():
@@ -173,9 +172,11 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         try:
             _ending_quietly(lambda: _check_then_run(app, checks, argv, prints, run_hydra))
+            status = _exit_status()
         finally:
             startup.command_ended()
-        sys.exit(_exit_status())
+            catch_signals_while_exiting()
+        sys.exit(status)
 
     cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__} (conf/{config_name}.yaml)."
     cli.app = app  # type: ignore[attr-defined]

@@ -29,6 +29,7 @@ from runner.rundir.claim import Start, claim_run_dir, run_dir_of
 from runner.rundir.layout import RunDir
 from runner.rundir.run_state import RunState
 from runner.rundir.saved_run import write_classes
+from runner.rundir.status import ending_recorded
 from runner.training import compile_cache, distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
@@ -126,10 +127,18 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
     run had nothing left to do (it was complete already).
     """
     watch_warnings()  # repeated under the summary line: on a terminal they scroll past
-    if not distributed.in_msrun() and claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN:
+    if distributed.in_msrun():  # a rank: the process that launched msrun claimed the directory and records its end
+        return _train(cfg, run_dir)
+    if claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN:
         return None
-    if distributed.should_launch(cfg.distributed):
-        return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
+    with ending_recorded(run_dir):  # failed.json: the error or the signal that ended it, for runner-runs
+        if distributed.should_launch(cfg.distributed):
+            return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
+        return _train(cfg, run_dir)
+
+
+def _train(cfg, run_dir: str) -> Optional[RunMetrics]:
+    """One process's training: its environment, the recipe's set-up, training and report."""
     recipe = Recipe(cfg, environment(cfg, run_dir))
     recipe.setup()
     try:
@@ -142,6 +151,8 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
 
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
+    if not distributed.in_msrun():  # first: a run stopped in its first seconds is listed as the run it is
+        write_config(run_dir, cfg)
     conv = choose_conv(cfg)  # model.conv=best decides before the cap, which depends on the path
     isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
     compile_cache.quiet_messages(cfg)  # before MindSpore loads too
@@ -157,7 +168,7 @@ def environment(cfg, run_dir: str) -> Env:
     if rank == 0 and distributed.in_msrun():
         if not lock.held_by_parent(run_dir):  # msrun started without the runner's launcher
             lock.acquire(run_dir)
-    if rank == 0:  # at the start, so a killed run can be resumed from its own config
+    if rank == 0 and distributed.in_msrun():  # at the start, so a killed run can be resumed from its own config
         write_config(run_dir, cfg)
     return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), threads)
 
