@@ -1,19 +1,26 @@
 """`runner-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
 typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
-import logging
-import math
 import os
-from typing import Optional
+import sys
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
+from runner.cli.starting import say_starting
 
-from runner.cli.app import entry_point
-from runner.config.schema import register
-from runner.rundir import sweep_jobs
-from runner.rundir.claim import check_run_dir
-from runner.rundir.lock import check_free
+# On a terminal, before the seconds of imports below (the status line takes its place).
+say_starting(__name__ == "__main__" or os.path.basename(sys.argv[0]) == "runner-train")
+
+import logging  # noqa: E402
+import math  # noqa: E402
+from typing import Optional  # noqa: E402
+
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+
+from runner.cli.app import entry_point  # noqa: E402
+from runner.config.schema import register  # noqa: E402
+from runner.rundir import sweep_jobs  # noqa: E402
+from runner.rundir.claim import check_run_dir  # noqa: E402
+from runner.rundir.lock import check_free  # noqa: E402
 
 register()
 # sweep_jobs registers ${runner_sweep_job:...} (hydra.sweep.subdir) when imported: a joblib worker gets main
@@ -107,7 +114,7 @@ def discard_run_dir(run_dir: str) -> None:
 
 
 # check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.
-train = entry_point(main, check_free, config_name="config", before_run=before_run)
+train = entry_point(main, check_free, config_name="config", before_run=before_run, shows_status=True)
 
 
 if __name__ == "__main__":

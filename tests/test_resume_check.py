@@ -84,8 +84,10 @@ def test_extending_a_finished_run_continues_every_record(finished, tmp_path):
     assert m["loss_curve"][:88] == before["loss_curve"]
     assert _trace_steps(run_dir) == list(range(1, 133))
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
-    live = [int(r["step"]) for r in rows if not r["final_loss"]]
-    assert live == [20, 40, 60, 80, 88, 100, 120, 132] and rows[-1]["step"] == "132"
+    # Every 20 steps and each epoch's end (44, 88, 132: its validation joins it), each step once.
+    assert [int(r["step"]) for r in rows] == [20, 40, 44, 60, 80, 88, 100, 120, 132]
+    assert [r["step"] for r in rows if r["val_accuracy"]] == ["44", "88", "132"]
+    assert [float(r["lr"]) for r in rows] == pytest.approx([m["lr_curve"][int(r["step"]) - 1] for r in rows])
     log = (run_dir / "runner.log").read_text()
     assert "step 100/132" in log and "resume: applying epochs: 2 -> 3" in log
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["global_step"] == 132

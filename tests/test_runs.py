@@ -1,5 +1,6 @@
 """runner-runs: the run directories as a collection (list, diff, replay), read from each run's own records."""
 
+import csv
 import json
 import shutil
 import sys
@@ -164,8 +165,8 @@ def test_replay_reproduces_a_resumed_and_extended_run(tmp_path):
     a, b = metrics(run), metrics(out)
     assert b["loss_curve"] == a["loss_curve"] and len(a["loss_curve"]) == 88  # bit-identical, both legs
     assert b["val_accuracy"] == a["val_accuracy"] and b["val_loss"] == a["val_loss"]
-    losses = [line.split(",")[1] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
-    assert losses == [line.split(",")[1] for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+    losses = [r["train_loss"] for r in csv.DictReader(open(run / "metrics.csv"))]
+    assert losses and losses == [r["train_loss"] for r in csv.DictReader(open(out / "metrics.csv"))]
     # Re-running config.yaml alone (what a replay was before) gives the first leg only.
     assert json.loads((out / "history.json").read_text())[0]["changes"] == {"epochs": [1, 2]}
 

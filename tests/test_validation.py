@@ -122,8 +122,11 @@ def test_early_stop_on_train_loss_without_validation(tmp_path):
     "overrides, culprit",
     [
         (["checkpoint.monitor=val_accuracy", "eval=false"], "checkpoint.monitor=val_accuracy"),
-        (["checkpoint.monitor=val_loss"], "validation.every_epochs=0"),
-        (["early_stop.patience=2", "early_stop.monitor=val_loss"], "early_stop.monitor=val_loss"),
+        (["checkpoint.monitor=val_loss", "validation.every_epochs=0"], "validation.every_epochs=0"),
+        (
+            ["early_stop.patience=2", "early_stop.monitor=val_loss", "validation.every_epochs=0"],
+            "early_stop.monitor=val_loss",
+        ),
         (["validation.every_epochs=2", "eval=false"], "eval=false"),
         (["validation.every_epochs=50"], "beyond epochs"),
         (["early_stop.min_delta=0.1"], "early_stop.patience=0"),

@@ -40,6 +40,7 @@ def exit_interrupted(signum: int, at_once: bool = False) -> None:
     With MindSpore half imported, the interpreter's usual exit would crash in MindSpore's atexit hook (see
     the module's docstring), so the process ends at once (as with at_once), after flushing what it wrote:
     everything a run saves is written by then, and the kernel releases its run directory's lock."""
+    take_back()
     print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
     code = 128 + signum
     if at_once or mindspore_half_loaded():
@@ -96,3 +97,39 @@ def catch_signals_while_starting() -> None:
         signal.signal(signal.SIGINT, _while_starting)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _while_starting)
+
+
+# Hydra's flags that only print, and the sweep's: no status line for them (runner/cli/app.py prints_only).
+_NO_STATUS = ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc", "--shell-completion", "-m")
+_NO_STATUS_TOO = ("--multirun", "--version", "-p", "--package")
+_said = False  # an unfinished line of say_starting is on the terminal
+
+
+def say_starting(train_command: bool) -> None:
+    """The training command's first output, before its imports (Hydra: ~0.7 s, on a loaded machine 2 s and
+    more): an unfinished line on the terminal, which the status line replaces (runner/report/screen.py) and
+    any other first output takes back (take_back). train_command: this process runs `runner-train` or
+    `python -m runner`, not a module that imports it (a sweep's job)."""
+    global _said
+    argv = sys.argv[1:]
+    if not (train_command and is_command()) or any(a in _NO_STATUS + _NO_STATUS_TOO for a in argv):
+        return
+    try:
+        if sys.stdout.isatty():
+            sys.stdout.write("starting the run (loading Hydra)...")
+            sys.stdout.flush()
+            _said = True
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def take_back() -> None:
+    """Erase say_starting's line (carriage return, erase the line), before anything else is printed."""
+    global _said
+    if _said:
+        _said = False
+        try:
+            sys.stdout.write("\r\x1b[2K")
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass

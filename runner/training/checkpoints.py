@@ -201,6 +201,7 @@ class Checkpointer(Callback):
         series = self.state.series()
         state["step_time_ms"] = [round(t, 3) for t in series["step_time_ms"]]
         state["record_steps"] = series["step"]
+        state["lr"] = series["lr"]
         # The state names the new file before old ones go: a crash in between leaves extra files, never
         # a latest.json that points at nothing.
         write_json(os.path.join(self.dir, STATE), state)

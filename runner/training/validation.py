@@ -24,6 +24,7 @@ import mindspore as ms
 import numpy as np
 from mindspore.train import Callback, EarlyStopping
 
+from runner.config.schema import validation_every
 from runner.report.accuracy import flat
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import VAL_CURVE
@@ -131,11 +132,10 @@ class Validation(Callback):
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_json(self.path, self.curve)
-        log.info(
-            "epoch %g validation: val_accuracy %.4f val_loss %.4f", point["epoch"], point["accuracy"], point["loss"]
-        )
+        # On screen in the epoch's line (runner/report/monitor.py); in the records here.
         if self.logger is not None:
-            self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
+            values = {"epoch": point["epoch"], "val_accuracy": point["accuracy"], "val_loss": point["loss"]}
+            self.logger.log_metrics(values, step)
 
     def last(self) -> dict:
         """The metrics of a validation of the weights as they are now (this process's), or {}."""
@@ -231,7 +231,7 @@ def build_validation_and_stop(
     run's state (the resume record continues the curve); ckpt_dir: where this process keeps the curve (None
     on ranks that write nothing).
     """
-    every = validation_cfg.every_epochs
+    every = validation_every(validation_cfg, evaluate)
     steps_per_call = plan.total_steps // plan.train_epochs
     valid_epochs = (
         validation_epochs(every, epochs, steps_per_epoch, steps_per_call, plan.train_epochs) if evaluate else []
