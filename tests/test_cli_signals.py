@@ -137,7 +137,7 @@ def test_ctrl_c_on_a_sweep(tmp_path):
     log = tmp_path / "0" / "runner.log"
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
-        if log.exists() and "step" in log.read_text():
+        if log.exists() and " train_loss " in log.read_text():
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)  # the sweep's process only, as a console's Ctrl-C reaches it
@@ -286,7 +286,7 @@ def test_sigterm_mid_training_is_one_line_and_the_run_is_listed_resumable(tmp_pa
         # the first step's compilation: before the checkpointer is armed, or saved at step 1
         (signal.SIGINT, "training (", "interrupted", r"before its first checkpoint|checkpoint at step 1 "),
         # the final phase (evaluation and report), and after the last write
-        (signal.SIGINT, "validation:", "interrupted", "checkpoint at step 44 is saved"),
+        (signal.SIGINT, "epoch 1/1: train_loss", "interrupted", "checkpoint at step 44 is saved"),
         (signal.SIGTERM, "val_acc ", "finished", "44 steps"),
     ],
 )

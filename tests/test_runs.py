@@ -87,6 +87,9 @@ def test_the_table_the_json_sort_and_where(zoo, capsys):
     assert code == 0
     for word in ("finished", "interrupted", "failed", "half-written", "too old", "foreign", "optim.lr", "0.5"):
         assert word in out
+    # The column --sort=-val_accuracy orders by, shown (issue 39): the finished run's value on its row.
+    row = next(line for line in out.splitlines() if "/finished " in line or "/finished│" in line)
+    assert "val_accuracy" in out and f"{metrics(zoo / 'finished')['val_accuracy']:.4g}" in row, out
     code, out, _ = _runs(capsys, zoo, "--json", "--where", "status=finished", "--sort=-optim.lr")
     rows = json.loads(out)
     assert [r["path"].split("/")[-1] for r in rows] == ["other_lr", "finished"]

@@ -179,12 +179,11 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None, show
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         try:
             _ending_quietly(lambda: _check_then_run(app, checks, argv, prints, run_hydra))
-            status = _exit_status()
         finally:
+            catch_signals_while_exiting()  # first: from here to the interpreter's end a signal is one line too
             startup.command_ended()
             _end_status()
-            catch_signals_while_exiting()
-        sys.exit(status)
+        sys.exit(_exit_status())
 
     cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__} (conf/{config_name}.yaml)."
     cli.app = app  # type: ignore[attr-defined]

@@ -7,7 +7,8 @@ Two ways an interrupted command used to end badly, both measured on MindSpore 2.
 - SIGINT or SIGTERM while `import mindspore` runs (the first seconds of a run, after the `model.conv` line):
   the import is abandoned half done, and the interpreter's exit then runs MindSpore's native atexit hook
   (pybind_api/init.cc, "Failed to parse profiler data"), which imports the rest of MindSpore during
-  shutdown: ~160 lines of tracebacks, then `Fatal Python error: PyThreadState_Get` and SIGABRT (exit 134).
+  shutdown: ~160 lines of tracebacks, then `Fatal Python error: PyThreadState_Get` and SIGABRT (exit 134)
+  (docs/mindspore-notes.md#atexit-half-import).
 """
 
 import os
