@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow test-all test-compat lint format docs docs-serve bench clean
+.PHONY: run test compiler test-slow test-all test-compat lint format docs docs-serve bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,13 +19,20 @@ run: $(STAMP)
 
 # -n auto: one pytest-xdist worker per CPU (measured on 2 cores: 1.5x; the shared tiny runs are
 # trained once per session, not once per worker: tests/conftest.py built_once).
-test: $(STAMP)
+test: $(STAMP) compiler
 	$(PY) -m pytest -n auto
 
-test-slow: $(STAMP)
+# The tests of the compiled oneDNN operators (model.conv=onednn, the default on an AVX2 CPU) build a small C++
+# library; without a compiler they skip, and this names what to install (the summary counts them too).
+compiler:
+	@command -v "$${CXX:-g++}" >/dev/null 2>&1 || { [ -z "$$CXX" ] && command -v c++ >/dev/null 2>&1; } || \
+	  echo "note: no C++ compiler ($${CXX:-g++}, c++): the tests of the compiled oneDNN operators will skip." \
+	    "Install one (Debian/Ubuntu: apt-get install g++) or set CXX to run them."
+
+test-slow: $(STAMP) compiler
 	$(PY) -m pytest -m slow -n auto
 
-test-all: $(STAMP)
+test-all: $(STAMP) compiler
 	$(PY) -m pytest -m '' -n auto
 
 # The compatibility subset (pytest -m compat: compose, train in graph and pynative, AMP O2 with a dynamic

@@ -257,8 +257,8 @@ def imagefolder(cfg, seed):
 
 
 def _read_list(path: str, root: str) -> list:
-    """(image path, label) rows of a `path,label` CSV file; paths relative to root; an optional header
-    row `path,label`."""
+    """(image path, label, line number) rows of a `path,label` CSV file; paths relative to root; an optional
+    header row `path,label`."""
     import csv
 
     if not os.path.lexists(path):
@@ -275,10 +275,41 @@ def _read_list(path: str, root: str) -> list:
                 raise DataError(f"{path}:{n}: expected `path,label`, got {','.join(row)!r}.")
             if n == 1 and [c.strip().lower() for c in row] == ["path", "label"]:
                 continue
-            rows.append((os.path.join(root, os.path.expanduser(row[0].strip())), row[1].strip()))
+            rows.append((os.path.join(root, os.path.expanduser(row[0].strip())), row[1].strip(), n))
     if not rows:
         raise DataError(f"{path!r} lists no images (rows of `path,label`).")
     return rows
+
+
+def _is_index(label: str) -> bool:
+    """A class index: ASCII digits only (str.isdigit() also accepts "²", and int() reads "٣" as 3)."""
+    return label.isascii() and label.isdigit()
+
+
+def _check_label_kinds(listed: dict, root: str) -> None:
+    """DataError naming the row when the labels mix class indices and names: a list's labels are either all
+    integers 0..K-1 or all class names, and one of the other kind (a typo, a digit of another script) would
+    otherwise become a class of its own."""
+    rows = [(split, label, n) for split, found in listed.items() for _, label, n in found]
+    indices = [r for r in rows if _is_index(r[1])]
+    names = [r for r in rows if not _is_index(r[1])]
+    if not indices or not names:
+        return
+    (split, label, n), (other_split, other, m) = (
+        (names[0], indices[0]) if len(names) <= len(indices) else (indices[0], names[0])
+    )
+    kinds = ("a class index", "class indices") if _is_index(label) else ("a class name", "class names")
+    others = "class names" if _is_index(label) else "class indices"
+    script = (
+        f" written in digits of another script (int() reads {label!r} as {int(label)}; write {int(label)})"
+        if label.isdecimal() and not label.isascii()
+        else ""
+    )
+    raise DataError(
+        f"{os.path.join(root, split + '.csv')}:{n}: the label {label!r} is {kinds[0]}{script}, and the list's other "
+        f"labels are {others} (e.g. {other_split}.csv:{m}: {other!r}). A list's labels are all class indices 0..K-1 "
+        "in ASCII digits or all class names, never both: the odd one would train as a class of its own. Fix that row."
+    )
 
 
 def csvlist(cfg, seed):
@@ -289,10 +320,11 @@ def csvlist(cfg, seed):
     """
     root = os.path.expanduser(cfg.root)
     _need_dir(root, "data.root")
-    lists = {split: _read_list(os.path.join(root, f"{split}.csv"), root) for split in ("train", "val")}
+    listed = {split: _read_list(os.path.join(root, f"{split}.csv"), root) for split in ("train", "val")}
+    _check_label_kinds(listed, root)
+    lists = {split: [(path, label) for path, label, _ in rows] for split, rows in listed.items()}
     labels = [label for rows in lists.values() for _, label in rows]
-    # ASCII digits only: str.isdigit() also accepts "²" and other digits int() refuses.
-    if all(label.isascii() and label.isdigit() for label in labels):
+    if all(_is_index(label) for label in labels):
         top = max(int(label) for label in labels)
         if top >= MAX_CLASSES:
             where = next(split for split, rows in lists.items() if any(int(lb) == top for _, lb in rows))
@@ -476,7 +508,7 @@ def _listed_paths(cfg) -> Optional[dict]:
                     if os.path.splitext(e.name)[1] in IMAGE_EXTENSIONS
                 ]
             elif cfg.name == "csv":
-                paths = [p for p, _ in _read_list(os.path.join(root, f"{split}.csv"), root)]
+                paths = [p for p, *_ in _read_list(os.path.join(root, f"{split}.csv"), root)]
             else:
                 return None
             found[split] = {os.path.realpath(p) for p in paths}

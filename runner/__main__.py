@@ -40,9 +40,12 @@ def main(cfg) -> Optional[float]:
         kept = continue_job(cfg, HydraConfig.get().runtime.output_dir)
         if kept is not None:
             return kept
-    metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
-    if (cfg.dry_run or cfg.plan) and HydraConfig.get().mode != RunMode.MULTIRUN:  # a sweep's summary reads its job dirs
-        discard_run_dir(HydraConfig.get().runtime.output_dir)
+    try:
+        metrics = api.train(cfg, HydraConfig.get().runtime.output_dir, HydraConfig.get().overrides.task)
+    finally:
+        # A check or plan, answered or refused, leaves no run directory (a sweep's summary reads its job dirs).
+        if (cfg.dry_run or cfg.plan) and HydraConfig.get().mode != RunMode.MULTIRUN:
+            discard_run_dir(HydraConfig.get().runtime.output_dir)
     return metrics.val_accuracy if metrics is not None else None
 
 

@@ -67,61 +67,36 @@ class Conversion:
 # ---------------------------------------------------------------------------------------------- reading
 
 
-# safetensors dtype -> numpy dtype (BF16 is widened to float32 by hand: numpy has no bfloat16).
-SAFETENSORS_DTYPES = {
-    "F64": np.float64,
-    "F32": np.float32,
-    "F16": np.float16,
-    "BF16": np.uint16,
-    "I64": np.int64,
-    "I32": np.int32,
-    "I16": np.int16,
-    "I8": np.int8,
-    "U8": np.uint8,
-    "BOOL": np.bool_,
-}
-
-
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:
-    """A .safetensors file's tensors as numpy arrays, without torch: an 8-byte little-endian header length,
-    a JSON header (name -> dtype, shape, byte range), then the data. A ConfigError for anything else."""
+    """A .safetensors file's tensors as numpy arrays, without torch, read by the safetensors library, whose
+    header checks (dtypes, integer shapes whose size fits, byte ranges that tile the data without overlap)
+    are the format's definition. BF16, which numpy has no type for, is widened to float32 from the bytes of
+    the range the library checked. A ConfigError for anything it refuses."""
+    from safetensors import SafetensorError, safe_open
 
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"{path} cannot be read as a safetensors file ({why}).")
 
-    with open(path, "rb") as f:
-        blob = f.read()
-    if len(blob) < 8:
-        raise refuse(f"{len(blob)} bytes, shorter than the header length")
-    (size,) = struct.unpack("<Q", blob[:8])
-    if size > len(blob) - 8:
-        raise refuse(f"the header claims {size} bytes, the file holds {len(blob) - 8} after its length")
+    tensors: Dict[str, np.ndarray] = {}
+    bf16 = []
     try:
-        header = json.loads(blob[8 : 8 + size])
-    except ValueError as e:
-        raise refuse(f"the header is not JSON: {e}") from None
-    if not isinstance(header, dict):
-        raise refuse("the header is not a JSON object")
-    data = memoryview(blob)[8 + size :]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = SAFETENSORS_DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            start, end = (int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise refuse(
-                f"{name}: a dtype of {sorted(SAFETENSORS_DTYPES)}, a shape and data_offsets expected"
-            ) from None
-        want = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if not 0 <= start <= end <= len(data) or end - start != want:
-            raise refuse(f"{name}: bytes {start}..{end} for {want} bytes of {shape}, in {len(data)} bytes of data")
-        array = np.frombuffer(data[start:end], dtype=dtype).reshape(shape)
-        if info["dtype"] == "BF16":
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        tensors[name] = array.copy()
+        with safe_open(path, framework="numpy") as f:
+            for name in f.keys():
+                if f.get_slice(name).get_dtype() == "BF16":
+                    bf16.append(name)
+                else:
+                    tensors[name] = np.array(f.get_tensor(name))
+    except (SafetensorError, OSError, ValueError, TypeError) as e:
+        raise refuse(" ".join(str(e).split()) or type(e).__name__) from None
+    if bf16:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+            for name in bf16:
+                start, end = header[name]["data_offsets"]
+                f.seek(8 + size + start)
+                raw = np.frombuffer(f.read(end - start), dtype=np.uint16).reshape(header[name]["shape"])
+                tensors[name] = (raw.astype(np.uint32) << 16).view(np.float32)
     return tensors
 
 
@@ -442,8 +417,19 @@ def convert_torch(
 
 
 def _check_request(out: str, tolerance: float) -> None:
-    if os.path.exists(out):
+    """Refuse, before anything is read or converted, an OUT that exists or cannot be written."""
+    if os.path.lexists(out):
         raise ConfigError(f"{out} exists; runner-convert never overwrites a file. Remove it or name another OUT.")
+    existing = os.path.dirname(os.path.abspath(out))
+    while not os.path.lexists(existing):  # the folders runner-convert would create
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(
+            f"{out} cannot be written: {existing} is a file, not a folder, so nothing can be created under it. "
+            "Name an OUT in a folder."
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{out} cannot be written: {existing} is not writable by this user. Name another OUT.")
     if not 0 < tolerance:
         raise ConfigError(
             f"--tolerance {tolerance}: a positive number expected (the default is {DEFAULT_TOLERANCE:g})."

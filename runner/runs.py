@@ -13,21 +13,22 @@ overrides, which this command has none of. Its shell completion is `runner-runs 
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
+from runner.config.schema import LABEL, is_training_setting, setting_kind
 from runner.config.tree import flat
-from runner.errors import ConfigError, UserError
+from runner.errors import UserError
 from runner.rundir import layout, status
 from runner.rundir.status import RunInfo
 
 DEFAULT_ROOTS = ("outputs", "multirun")
 SUBCOMMANDS = ("diff", "replay")
-# Keys of the configuration that name or place a run rather than define it: never a "differs" column.
-NOT_CONFIG = ("hydra", "defaults", "experiment_name", "resume", "dry_run")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def differing(runs: List[RunInfo]) -> List[str]:
     keys = sorted(set().union(*configs))
     out = []
     for key in keys:
-        if key.split(".")[0] in NOT_CONFIG:
+        if not is_training_setting(key):  # what names, places or reports a run (runner/config/schema.py KIND)
             continue
         if len({json.dumps(c.get(key), sort_keys=True, default=str) for c in configs}) > 1:
             out.append(key)
@@ -177,9 +178,12 @@ def runs_under(*roots: str, where: Sequence[str] = (), sort: Optional[str] = Non
     a field no run has."""
     for root in roots:
         if not os.path.isdir(root):
-            raise UserError(
-                f"{root}: no such directory. Name directories that hold runs (default: outputs/ multirun/)."
-            )
+            try:
+                os.stat(root)
+                why = "not a directory"
+            except OSError as e:
+                why = "no such directory" if isinstance(e, FileNotFoundError) else f"cannot be read ({e.strerror})"
+            raise UserError(f"{root}: {why}. Name directories that hold runs (default: outputs/ multirun/).")
     chosen = list(roots) or [r for r in DEFAULT_ROOTS if os.path.isdir(r)]
     return select(status.find_runs(chosen), where, sort)
 
@@ -249,7 +253,7 @@ def _open(run_dir: str) -> RunInfo:
     if not os.path.isdir(run_dir):
         raise UserError(f"{run_dir}: no such directory. Name two run directories: runner-runs diff A B.")
     info = status.read_run(run_dir)
-    if info.status == status.FOREIGN or not info.config:
+    if info.status in (status.FOREIGN, status.HALF_WRITTEN) or not info.config:
         raise UserError(f"{run_dir} is not a run of this runner that can be compared ({info.status}: {info.detail}).")
     return info
 
@@ -266,7 +270,7 @@ def _environment(info: RunInfo) -> dict:
 def _with_defaults(info: RunInfo) -> dict:
     from runner.rundir.resume_check import _with_defaults as merged
 
-    return {k: v for k, v in flat(merged(info.config)).items() if k.split(".")[0] not in ("hydra", "defaults")}
+    return {k: v for k, v in flat(merged(info.config)).items() if setting_kind(k) is not None}
 
 
 def _curve_note(a, b) -> Optional[str]:
@@ -285,7 +289,10 @@ def diff_runs(a_dir: str, b_dir: str) -> dict:
     a, b = _open(a_dir), _open(b_dir)
     sections: Dict[str, List[tuple]] = {}
     ca, cb = _with_defaults(a), _with_defaults(b)
-    sections["config"] = [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+    differ = [(k, ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+    # What trains is compared; what names or reports a run (experiment_name, logger, compile_cache) is shown.
+    sections["config"] = [d for d in differ if is_training_setting(d[0])]
+    sections["bookkeeping"] = [d for d in differ if not is_training_setting(d[0])]
     ea, eb = _environment(a), _environment(b)
     sections["environment"] = [(k, ea.get(k), eb.get(k)) for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
     outcome: List[tuple] = []
@@ -327,6 +334,15 @@ def diff(a_dir: str, b_dir: str, as_json: bool) -> int:
         for row in rows:
             table.add_row(row["key"], _fmt(row["a"], 6), _fmt(row["b"], 6))
         console.print(table)
+    if report["bookkeeping"]:
+        table = Table(
+            title="names and reporting (shown, not compared: they do not change what trains)", title_justify="left"
+        )
+        for head in ("key", "A", "B"):
+            table.add_column(head, overflow="fold")
+        for row in report["bookkeeping"]:
+            table.add_row(row["key"], _fmt(row["a"], 6), _fmt(row["b"], 6))
+        console.print(table)
     if report["speed"]:
         table = Table(title="speed (shown, not compared: timings differ between any two runs)", title_justify="left")
         for head in ("key", "A", "B", "B/A"):
@@ -364,32 +380,55 @@ def override(key: str, value) -> str:
 
 
 def _history(run_dir: str) -> list:
-    path = layout.RunDir(run_dir).history
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            entries = json.load(f)
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            raise ValueError("not a list of resumes")
-        return entries
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path} is unreadable ({e}): the run's resumes cannot be replayed. Restore it.") from None
+    from runner.rundir.resume_check import _history as read
+
+    return read(run_dir)  # a ConfigError naming history.json when it cannot be read
 
 
-def legs(run_dir: str, out: str) -> List[tuple]:
-    """[(`python -m runner` arguments, the history.json entry or None)] that reproduce the run in out: its
-    config.yaml, then each resume with every change recorded up to it (a resume is checked against the saved
-    config with the earlier resumes applied, as the run's own was). A leg's `resume=` is decided when it
-    starts (resume_from)."""
-    base = ["--config-path", os.path.abspath(run_dir), "--config-name", "config", f"hydra.run.dir={out}"]
-    commands: List[tuple] = [(base, None)]
+def training_settings(config: dict) -> dict:
+    """The part of a saved configuration that defines what the run computes (runner/config/schema.py KIND):
+    everything but Hydra's keys, what names the run kept as a label, and no command, resume or reporting."""
+    return {k: v for k, v in config.items() if is_training_setting(k) or setting_kind(k) == LABEL}
+
+
+def replay_source(run_dir: str, where: str) -> str:
+    """Write the run's config.yaml as a replay runs it into where/config.yaml: its training settings only,
+    Hydra's record of the original (its run directory, logging) and its loggers and cache settings left to
+    the replay's defaults (metrics.csv, the user's own cache), so the replay writes only its own directory."""
+    from omegaconf import OmegaConf
+
+    from runner.rundir.resume_check import read_saved_config
+
+    body = training_settings(read_saved_config(layout.RunDir(run_dir).config))
+    source = {
+        "defaults": ["base_config", "_self_"],
+        "hydra": {"job": {"name": "runner", "chdir": False}},
+        **body,
+        "logger": {"csv": {}},
+    }
+    path = os.path.join(where, layout.CONFIG)
+    with open(path, "w") as f:
+        f.write(OmegaConf.to_yaml(OmegaConf.create(source)))
+    return where
+
+
+def legs(run_dir: str, out: str, source: Optional[str] = None) -> List[tuple]:
+    """[(`python -m runner` arguments, the history.json entry or None, the entry's keys left out)] that
+    reproduce the run in out: its training settings (source: where replay_source wrote them; default the
+    run's own directory), then each resume with every change to a training setting recorded up to it (a
+    resume is checked against the saved config with the earlier resumes applied, as the run's own was). A
+    change of anything else (hydra.run.dir, resume, a logger) is left out and named: a history says what
+    trained, never where a replay writes. A leg's `resume=` is decided when it starts (resume_from)."""
+    base = ["--config-path", os.path.abspath(source or run_dir), "--config-name", "config", f"hydra.run.dir={out}"]
+    commands: List[tuple] = [(base, None, [])]
     changed: Dict[str, object] = {}
     for entry in _history(run_dir):
         changes = entry.get("changes") or {}
+        left_out = sorted(k for k in changes if not is_training_setting(k))
         for key, pair in changes.items():
-            changed[key] = pair[1] if isinstance(pair, list) and len(pair) == 2 else pair
-        commands.append((base + [override(k, v) for k, v in changed.items()], entry))
+            if key not in left_out:
+                changed[key] = pair[1]
+        commands.append((base + [override(k, v) for k, v in changed.items()], entry, left_out))
     return commands
 
 
@@ -409,22 +448,46 @@ def resume_from(out: str, entry: dict) -> tuple:
     return "true", f"the run resumed at step {step}, whose checkpoint the replay did not keep (it resumes at {end}): "
 
 
+def _off_by(x, y) -> float:
+    """|x - y| for two recorded numbers: 0 for the same value (two NaNs at one step too, as a bit-identical
+    replay gives), inf where only one is NaN or either is not a number."""
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+    if not numeric:
+        return 0.0 if x == y else math.inf
+    if math.isnan(x) or math.isnan(y):
+        return 0.0 if math.isnan(x) and math.isnan(y) else math.inf
+    return 0.0 if x == y else abs(x - y)  # inf == inf: the same
+
+
+def check_atol(atol) -> float:
+    """atol as a tolerance: a finite number >= 0, else UserError (NaN or a negative one would pass any run)."""
+    try:
+        value = float(atol)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise UserError(
+            f"--atol {atol}: a tolerance is a finite number >= 0 (the largest difference a reproduced loss or "
+            "metric may have; default 1e-6). NaN or a negative tolerance would make every comparison pass or fail "
+            "whatever the numbers."
+        )
+    return value
+
+
 def replay_differences(original: dict, replayed: dict, atol: float) -> List[str]:
     """What differs between two metrics.json beyond atol: the loss curve, val_accuracy, val_loss, steps."""
+    atol = check_atol(atol)
     problems = []
     a, b = original.get("loss_curve") or [], replayed.get("loss_curve") or []
     if len(a) != len(b):
         problems.append(f"loss curve of {len(a)} steps, the replay's {len(b)}")
     else:
-        worst = max((abs(float(x) - float(y)) for x, y in zip(a, b)), default=0.0)
-        if worst > atol:
+        worst = max((_off_by(x, y) for x, y in zip(a, b)), default=0.0)
+        if not worst <= atol:
             problems.append(f"loss curve differs by up to {worst:.3g} (tolerance {atol:g})")
     for key in ("val_accuracy", "val_loss", "steps"):
         x, y = original.get(key), replayed.get(key)
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-            if abs(x - y) > atol:
-                problems.append(f"{key} {x} vs {y}")
-        elif x != y:
+        if not _off_by(x, y) <= atol:
             problems.append(f"{key} {x} vs {y}")
     return problems
 
@@ -433,34 +496,27 @@ def replay_run(run_dir: str, out: Optional[str] = None, atol: float = 1e-6) -> i
     """Re-run the run's config.yaml, then each recorded resume in order, into out; compare the result.
     0 when it reproduces the run's loss curve and metrics within atol, 1 when not, the leg's exit status
     when a leg fails."""
+    atol = check_atol(atol)
     info = status.read_run(run_dir)
     if info.status in (status.FOREIGN, status.HALF_WRITTEN, status.TOO_OLD) or not info.config:
         raise UserError(f"{run_dir} cannot be replayed: it is {info.status} ({info.detail}).")
     if info.status == status.RUNNING:
         raise UserError(f"{run_dir} is still running ({info.detail}); replay it when it has ended.")
     out = os.path.abspath(out or os.path.join(run_dir, f"replay-{time.strftime('%Y-%m-%d_%H-%M-%S')}"))
-    if os.path.isdir(out) and os.listdir(out):
-        raise UserError(f"--out {out} already holds files; a replay writes into a new or empty directory.")
-    commands = legs(run_dir, out)
-    for i, (args, entry) in enumerate(commands):
-        what = "its config.yaml" if i == 0 else f"resume {i} of {len(commands) - 1}"
-        if entry is not None:
-            target, note = resume_from(out, entry)
-            args = args + [override("resume", target) if target != "true" else "resume=true"]
-            if note:
-                print(f"replay: {what}: {note}the result may differ from the run's.", flush=True)
-        print(f"replay: {what}: python -m runner {' '.join(args)}", flush=True)
-        proc = subprocess.run([sys.executable, "-m", "runner", *args])
-        if proc.returncode != 0:
-            print(f"replay: {what} ended with exit status {proc.returncode}; {out} holds the legs so far.", flush=True)
-            return proc.returncode
+    if os.path.lexists(out) and not (os.path.isdir(out) and not os.path.islink(out) and not os.listdir(out)):
+        raise UserError(f"--out {out} already exists and is not an empty directory; a replay writes into a new one.")
+    with tempfile.TemporaryDirectory(prefix="runner-replay-") as where:
+        code = _replay_legs(legs(run_dir, out, replay_source(run_dir, where)), out)
+    if code is not None:
+        return code
     if info.status != status.FINISHED or not info.metrics:
         print(f"replay: done in {out}; {run_dir} is {info.status}, so there is nothing of its own to compare.")
         return 0
     try:
-        with open(layout.RunDir(out).metrics) as f:
-            replayed = json.load(f)
-    except (OSError, ValueError) as e:
+        replayed = layout.read_metrics(out)
+        if not isinstance(replayed, dict):
+            raise layout.RecordProblem("missing" if replayed is None else "not an object")
+    except layout.RecordProblem as e:
         print(f"replay: {out} has no readable metrics.json ({e}).", flush=True)
         return 1
     problems = replay_differences(info.metrics, replayed, atol)
@@ -473,6 +529,29 @@ def replay_run(run_dir: str, out: Optional[str] = None, atol: float = 1e-6) -> i
         flush=True,
     )
     return 0
+
+
+def _replay_legs(commands: List[tuple], out: str) -> Optional[int]:
+    """Run each leg into out; the exit status of the first that fails, None when all ran."""
+    for i, (args, entry, left_out) in enumerate(commands):
+        what = "its config.yaml (training settings)" if i == 0 else f"resume {i} of {len(commands) - 1}"
+        if left_out:
+            print(
+                f"replay: {what}: history.json records {', '.join(left_out)}, which "
+                f"{'is' if len(left_out) == 1 else 'are'} no training setting: left out (a replay writes only {out}).",
+                flush=True,
+            )
+        if entry is not None:
+            target, note = resume_from(out, entry)
+            args = args + [override("resume", target) if target != "true" else "resume=true"]
+            if note:
+                print(f"replay: {what}: {note}the result may differ from the run's.", flush=True)
+        print(f"replay: {what}: python -m runner {' '.join(args)}", flush=True)
+        proc = subprocess.run([sys.executable, "-m", "runner", *args])
+        if proc.returncode != 0:
+            print(f"replay: {what} ended with exit status {proc.returncode}; {out} holds the legs so far.", flush=True)
+            return proc.returncode
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------

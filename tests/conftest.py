@@ -62,6 +62,39 @@ def has_compiler() -> bool:
         return False
 
 
+def cpu_class() -> str:
+    """The class of CPU a run's figures belong to: the widest vector ISA the kernels dispatch to, and the threads
+    they split reductions over. Within a class a run is deterministic (tests/test_train.py pins a curve); across
+    classes the kernels sum in another order, and the docs quote figures per class (tests/test_readme.py)."""
+    from runner.models.onednn import cpu_flags
+
+    flags = cpu_flags() or frozenset()
+    if "avx512f" in flags:
+        isa = "AVX-512 with AVX512_BF16" if "avx512_bf16" in flags else "AVX-512"
+    else:
+        isa = "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{isa}, {len(os.sched_getaffinity(0))} threads"
+
+
+# The one reason every test of the compiled oneDNN operators skips with; the summary counts them and names the fix.
+COMPILER_REASON = "needs a C++ compiler to build the oneDNN operators (install g++: apt-get install g++, or set CXX)"
+
+
+def needs_compiler():
+    """The skip mark of a test that builds or runs the compiled oneDNN operators."""
+    return pytest.mark.skipif(not has_compiler(), reason=COMPILER_REASON)
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if COMPILER_REASON in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} test(s) of the compiled oneDNN operators skipped: this machine has no C++ compiler. "
+            "Install g++ (Debian/Ubuntu: apt-get install g++) or set CXX to run them; `make test` says so too.",
+            yellow=True,
+        )
+
+
 def run_cli(run_dir, *overrides, multirun=False, check=True, timeout=600, env=None):
     """`python -m runner` from the repository root, with its outputs under run_dir unless it is None."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -172,6 +205,10 @@ def _process_state_restored():
         isolated_launcher._interrupted.update(interrupted)
         for run_dir in set(lock._held) - set(locks):  # the kernel releases them when a process exits
             lock._held.pop(run_dir).close()
+        from runner.rundir import sweep_jobs
+
+        for sweep_dir in list(sweep_jobs._sweeps_held):  # a sweep's lock, held by its process until it exits
+            sweep_jobs._sweeps_held.pop(sweep_dir).close()
         if "mindspore" in sys.modules:  # a run sets MindSpore's mode for the whole process (0: graph, its default)
             sys.modules["mindspore"].set_context(mode=0 if mode is None else mode)
 

@@ -205,3 +205,41 @@ def test_non_finite_input_batch_is_named_as_a_data_problem(tmp_path):
     _, err = postmortem(guard, lambda: resnet("cifar", 8, 4, 10, 1, 8), str(tmp_path), "O0", [], 2)
     assert isinstance(err, NonFiniteTrainingError) and "1 non-finite values: check the data" in str(err)
     assert stats.summary()["nonfinite_input_batches"] == 1
+
+
+def test_non_finite_weights_are_never_published():
+    from mindspore import nn
+
+    from runner.amp.guard import NonFiniteTrainingError, weights_failure
+
+    net = nn.SequentialCell(nn.Dense(2, 3), nn.BatchNorm1d(3))
+    assert weights_failure(net, "/runs/x", 0.1) is None
+    w = net[0].weight.asnumpy()
+    w[0, 0] = np.inf
+    net[0].weight.set_data(ms_tensor(w))
+    var = net[1].moving_variance.asnumpy()
+    var[1] = np.nan
+    net[1].moving_variance.set_data(ms_tensor(var))
+    error = weights_failure(net, "/runs/x", 1000.0)
+    assert isinstance(error, NonFiniteTrainingError)
+    message = str(error)
+    assert "2 non-finite tensor(s)" in message and "0.weight" in message and "1.moving_variance" in message
+    assert "model.ckpt was not written" in message and "optim.lr=1000" in message
+
+
+def ms_tensor(a):
+    import mindspore as ms
+
+    return ms.Tensor(a)
+
+
+@pytest.mark.slow  # one TINY training in this process: ~15 s here
+def test_a_learning_rate_that_blows_up_the_weights_fails_the_run_and_keeps_its_records(tmp_path, tiny):
+    from runner.rundir import status
+
+    proc = run_in_process(tmp_path, *tiny, "optim.lr=1e3", check=False)
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "non-finite tensor(s) in the weights" in text and "model.ckpt was not written" in text
+    assert not (tmp_path / "model.ckpt").exists() and not (tmp_path / ".runner.complete").exists()
+    assert (tmp_path / "metrics.json").exists() and status.read_run(str(tmp_path)).status == "failed"

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import REPO, TINY, wait_for
+from conftest import REPO, TINY, needs_compiler, wait_for
 
 
 def caught(pid: int, signum: int) -> bool:
@@ -69,6 +69,7 @@ def compilers_writing(path) -> list:
 
 
 @pytest.mark.slow
+@needs_compiler()  # it watches the compiler build the library
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc for the compiler's processes")
 def test_sigterm_during_the_onednn_build_stops_the_compiler_and_leaves_no_temporary_file(tmp_path):
     cache = tmp_path / "cache" / "mindspore-runner"

@@ -10,6 +10,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from conftest import TINY, compose_cfg, has_compiler, metrics, outputs_of, run_cli, run_in_process, run_module
+from conftest import needs_compiler as needs_compiler_mark
 from mindspore import Tensor, nn, ops
 
 from runner.models import conv as C
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.cpu_only  # gemm and onednn exist on CPU only; elsewher
 
 # onednn compiles a C++ library on first use; without a compiler it refuses (tested below), so there is
 # nothing else to test.
-needs_compiler = pytest.mark.skipif(not has_compiler(), reason="model.conv=onednn needs a C++ compiler")
+needs_compiler = needs_compiler_mark()
 
 # (cin, cout, kernel, stride, padding, input side): every kind of convolution the ResNets build.
 SHAPES = [
@@ -425,23 +426,44 @@ def test_best_takes_onednn_where_it_pays_and_then_needs_no_compiler(tmp_path, mo
 
 
 def test_the_runner_decides_best_before_mindspore_loads(monkeypatch):
+    """`best` is decided in a process that has not imported MindSpore (so the ISA cap can still be set), by
+    models/onednn.py choose() under the cap the run will have: the user's ONEDNN_MAX_CPU_ISA, else
+    device.cpu_isa_cap. Asserted on the real decision, with nothing stubbed."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
 
     from runner.models import onednn
     from runner.training.environment import ISA_VAR, choose_conv
 
+    code = (
+        "import sys, json\n"
+        "from hydra import compose, initialize_config_dir\n"
+        "from runner.config.schema import register\n"
+        "from runner.training.environment import choose_conv\n"
+        "register()\n"
+        "with initialize_config_dir(config_dir=sys.argv[1], version_base='1.3'):\n"
+        "    cfg = compose('config', overrides=['device=cpu'])\n"
+        "print(json.dumps([choose_conv(cfg)['path'], 'mindspore' in sys.modules]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != ISA_VAR}
+    proc = subprocess.run([sys.executable, "-c", code, str(REPO / "conf")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    path, loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert path == onednn.choose(None).path and loaded is False
+    # The cap the run will have is the one decided under: the user's variable wins over device.cpu_isa_cap.
     monkeypatch.delenv(ISA_VAR, raising=False)
-    seen = []
-    monkeypatch.setattr(onednn, "choose", lambda cap: seen.append(cap) or onednn.Choice("native", "test", "slower"))
-    assert choose_conv(compose_cfg("device=cpu"))["path"] == "native" and seen == [None]
-    choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
-    monkeypatch.setenv(ISA_VAR, "AVX512_CORE")  # the user's variable wins over device.cpu_isa_cap
-    choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
-    assert seen == [None, "AVX2", "AVX512_CORE"]
-    # Pinned choices are taken as they are, without deciding anything; mindcv models decide as the
-    # runner's own do (their convolutions run oneDNN too).
+    capped = choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
+    assert (capped["path"], capped["reason"]) == (onednn.choose("AVX2").path, onednn.choose("AVX2").reason)
+    monkeypatch.setenv(ISA_VAR, "SSE41")
+    user = choose_conv(compose_cfg("device=cpu", "device.cpu_isa_cap=AVX2"))
+    assert (user["path"], user["reason"]) == (onednn.choose("SSE41").path, onednn.choose("SSE41").reason)
+    assert user["path"] == "native" and "SSE41" in user["reason"]  # oneDNN's kernels do not pay below AVX2
+    # Pinned choices are taken as they are, without deciding anything.
+    monkeypatch.delenv(ISA_VAR)
     pinned = choose_conv(compose_cfg("device=cpu", "model.conv=native"))
-    assert pinned["asked"] == pinned["path"] == "native" and len(seen) == 3
-    assert choose_conv(compose_cfg("model=mindcv", "device=cpu"))["path"] == "native" and len(seen) == 4
+    assert pinned["asked"] == pinned["path"] == "native" and pinned["reason"] == "as configured"
 
 
 def test_onednn_pool_takes_the_threads_its_rank_is_given(tmp_path):
@@ -643,7 +665,9 @@ def test_a_read_only_cache_falls_back_to_a_temporary_directory(read_only_cache, 
     from runner.models import onednn
 
     if not has_compiler():
-        pytest.skip("no C++ compiler: the library is not built here")
+        from conftest import COMPILER_REASON
+
+        pytest.skip(COMPILER_REASON)
     with pytest.raises(OSError) as e:
         (read_only_cache / "mindspore-runner" / "probe").write_text("x")
     assert e.value.errno == errno.EROFS

@@ -170,10 +170,65 @@ def test_corrupt_and_foreign_files_are_refused(tmp_path):
     (tmp_path / "cut.safetensors").write_bytes(whole[: len(whole) // 2])
     assert "cannot be read as a safetensors file (" in refusal(tmp_path / "cut.safetensors")
     (tmp_path / "text.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    assert "the header is not JSON" in refusal(tmp_path / "text.safetensors")
+    assert "deserializing header" in refusal(tmp_path / "text.safetensors")
     other = save_safetensors({"encoder.weight": np.zeros((4, 4), np.float32)}, tmp_path / "bert.safetensors")
     assert "not a torchvision or timm ResNet state dict" in refusal(other)
     assert "no such file" in refusal(tmp_path / "absent.safetensors")
+
+
+def _forged(path, header: dict, data: bytes) -> Path:
+    """A .safetensors file with this header, written byte by byte (the library would never write it)."""
+    import json
+    import struct
+
+    body = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(body)) + body + data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "header, says",
+    [
+        ({"fc.weight": {"dtype": "F32", "shape": [-1, 2], "data_offsets": [0, 8]}}, "expected usize"),
+        ({"fc.weight": {"dtype": "F32", "shape": [2**62, 4], "data_offsets": [0, 8]}}, "overflow"),
+        ({"fc.weight": {"dtype": "F32", "shape": [10.9], "data_offsets": [0, 40]}}, "floating point"),
+        (  # fc.bias read from fc.weight's bytes
+            {
+                "fc.weight": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "fc.bias": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            },
+            "invalid offset",
+        ),
+        ({"fc.weight": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}}, "F33"),
+    ],
+)
+def test_a_forged_safetensors_header_is_refused_as_the_format_defines(tmp_path, header, says):
+    message = refusal(_forged(tmp_path / "forged.safetensors", header, bytes(40)))
+    assert "cannot be read as a safetensors file" in message and says in message, message
+    assert not (tmp_path / "forged.ckpt").exists()
+
+
+def test_bf16_tensors_are_widened_to_float32(tmp_path):
+    from runner.convert import read_safetensors
+
+    values = np.array([1.0, -2.5, 3.0e-3], np.float32)
+    raw = (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    header = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "BF16", "shape": [3], "data_offsets": [8, 14]},
+    }
+    got = read_safetensors(str(_forged(tmp_path / "mixed.safetensors", header, np.ones(2, np.float32).tobytes() + raw)))
+    assert got["a"].tolist() == [1.0, 1.0] and got["b"].dtype == np.float32
+    assert np.allclose(got["b"], values, rtol=2**-7)  # BF16 keeps 8 significant bits
+
+
+def test_an_unwritable_out_is_refused_before_the_conversion(tmp_path):
+    # A source the conversion itself would refuse: the refusal names OUT, so OUT was checked first.
+    src = save_safetensors({"encoder.weight": np.zeros((4, 4), np.float32)}, tmp_path / "bert.safetensors")
+    (tmp_path / "file").write_text("mine")
+    message = refusal(src, out=tmp_path / "file" / "sub" / "r18.ckpt")
+    assert f"{tmp_path / 'file'} is a file, not a folder" in message and "ResNet" not in message
+    assert (tmp_path / "file").read_text() == "mine"
 
 
 def test_an_existing_file_is_never_overwritten(tmp_path):

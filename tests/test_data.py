@@ -219,6 +219,25 @@ def test_a_csv_list_with_integer_labels_and_its_mistakes(tmp_path):
         build("data=csv", f"data.root={tmp_path}")
 
 
+@pytest.mark.parametrize(
+    "train, val, row, says",
+    [
+        (["0", "1", "\u0663"], ["1"], "train.csv:3", "digits of another script (int() reads '\u0663' as 3; write 3)"),
+        (["0", "1", "2"], ["cat"], "val.csv:1", "the label 'cat' is a class name"),
+        (["cat", "dog", "7"], ["cat"], "train.csv:3", "the label '7' is a class index"),
+    ],
+)
+def test_a_csv_list_that_mixes_indices_and_names_is_refused_with_the_row(tmp_path, train, val, row, says):
+    paths = _flat_images(tmp_path, [10] * (len(train) + len(val)))
+    (tmp_path / "train.csv").write_text("".join(f"{p},{lb}\n" for p, lb in zip(paths, train)))
+    (tmp_path / "val.csv").write_text("".join(f"{p},{lb}\n" for p, lb in zip(paths[len(train) :], val)))
+    with pytest.raises(DataError) as e:
+        build("data=csv", f"data.root={tmp_path}")
+    message = str(e.value)
+    assert f"{tmp_path / row.split(':')[0]}:{row.split(':')[1]}:" in message and says in message, message
+    assert "Fix that row" in message
+
+
 def test_an_image_folder_converted_to_mindrecord_reads_back_the_same(tmp_path, capsys):
     from imagegen import digit_folder
 

@@ -1,13 +1,12 @@
-"""Data parallel through msrun on CPU: 2 ranks agree on the weights and match one process."""
+"""Data parallel through msrun on CPU: 2 ranks agree on the weights bit for bit and come close to one process
+(per-rank shards and BatchNorm statistics: the measured spread, docs/distributed-and-sweeps.md)."""
 
 import json
 import re
 
 import pytest
-from conftest import TINY, metrics, run_cli, run_in_process
+from conftest import TINY, cpu_class, metrics, run_cli, run_in_process
 from docs_pages import section
-
-from runner.models.onednn import cpu_flags
 
 ARGS = [o for o in TINY if not o.startswith("epochs=")] + ["epochs=2"]
 
@@ -29,25 +28,21 @@ def test_two_workers_agree_and_match_single_process(tmp_path):
     a, b = metrics(one), metrics(dp)
     assert b["distributed"] == {"workers": 2, "per_rank_batch": a["batch_size"] // 2, "threads_per_rank": 1}
     assert b["steps"] == a["steps"]  # same global batch, same number of optimizer steps
-    # Tolerance: the same global batch is made of two per-rank shards with per-rank BatchNorm
-    # statistics, so the run is close, not identical.
-    assert abs(b["val_loss"] - a["val_loss"]) <= 0.05, (a["val_loss"], b["val_loss"])
-    assert abs(b["val_accuracy"] - a["val_accuracy"]) <= 0.03, (a["val_accuracy"], b["val_accuracy"])
-    # The "Data parallel" paragraph of docs/distributed-and-sweeps.md quotes these two runs on an AVX2 and an
-    # AVX-512 CPU: the numbers for this CPU's vector width are these, up to what another CPU of that width
-    # changes (2 of 359 samples, 10% of a loss).
+    # The same global batch is two per-rank shards with per-rank BatchNorm statistics, so the run is close, not
+    # identical: the largest spread measured (docs/distributed-and-sweeps.md), 7% of the loss on CPU class
+    # `AVX2, 2 threads` (0.0909 against 0.0976) and 3 of 359 samples there; 2.6% and 0 on AVX-512 with BF16.
+    assert abs(b["val_loss"] - a["val_loss"]) <= 0.07 * a["val_loss"], (a["val_loss"], b["val_loss"])
+    assert abs(b["val_accuracy"] - a["val_accuracy"]) <= 3 / 359 + 1e-9, (a["val_accuracy"], b["val_accuracy"])
+    # The paragraph quotes these two runs per CPU class; on this machine's class, digit for digit.
     text = " ".join(section("distributed-and-sweeps.md", "Data parallel (msrun)").split())
-    width = "AVX-512" if "avx512f" in (cpu_flags() or ()) else "AVX2"
     quoted = re.search(
-        rf"with {width}[^:]*: validation loss ([0-9]+\.[0-9]+) against ([0-9]+\.[0-9]+) for one process.*?"
-        r"accuracy ([0-9]+\.[0-9]+) against ([0-9]+\.[0-9]+)",
+        rf"CPU class `{re.escape(cpu_class())}`[^:]*: validation loss ([0-9]+\.[0-9]+) against ([0-9]+\.[0-9]+) "
+        r"for one process.*?accuracy ([0-9]+\.[0-9]+) against ([0-9]+\.[0-9]+)",
         text,
     )
-    assert quoted, f"the {width} numbers of the data-parallel paragraph of docs/distributed-and-sweeps.md"
-    dp_loss, one_loss, dp_acc, one_acc = map(float, quoted.groups())
-    got = (b["val_loss"], a["val_loss"], b["val_accuracy"], a["val_accuracy"])
-    assert abs(dp_loss - got[0]) <= 0.1 * dp_loss and abs(one_loss - got[1]) <= 0.1 * one_loss, got
-    assert abs(dp_acc - got[2]) <= 2 / 359 + 1e-9 and abs(one_acc - got[3]) <= 2 / 359 + 1e-9, got
+    if quoted:
+        got = (b["val_loss"], a["val_loss"], b["val_accuracy"], a["val_accuracy"])
+        assert [f"{g:.{len(q.split('.')[1])}f}" for g, q in zip(got, quoted.groups())] == list(quoted.groups()), got
     assert "val_acc" in proc.stdout.strip().splitlines()[-1]
     # Rank 0's progress reached the console while the ranks ran (they log to rank_logs/ only).
     assert "][runner][INFO] - epoch 2 step 88/88 train_loss" in proc.stdout, proc.stdout[-2000:]

@@ -184,3 +184,16 @@ def test_wheel_in_a_fresh_venv_trains_and_sweeps(tmp_path):
         text=True,
     )
     assert set(comp.stdout.split()) >= {"amp=o0", "amp=o1", "amp=o2", "amp=o3"}
+
+
+@pytest.mark.slow  # a pytest session in a subprocess: ~20 s here
+def test_the_compiled_operators_tests_skip_without_a_compiler_and_say_what_to_install(tmp_path):
+    """Every test that builds the oneDNN operators skips with one reason where no C++ compiler is (the SIGTERM
+    test of the build failed there instead), and the summary names what to install; so does `make test`."""
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-g++"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-rs", "-m", "slow", "-k", "onednn_build"]
+    proc = subprocess.run([*cmd, "tests/test_cli_signals.py"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-3000:]
+    assert "needs a C++ compiler" in proc.stdout and "apt-get install g++" in proc.stdout
+    make = subprocess.run(["make", "-s", "compiler"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert make.returncode == 0 and "apt-get install g++" in make.stdout, make.stdout + make.stderr

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,7 +20,9 @@ def test_the_peak_is_measured_once_per_machine_and_cached(tmp_path, monkeypatch)
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = machine_peak()
-    assert not first["cached"] and first["gflops_per_s"] > 1 and first["kernel"].startswith("numpy sgemm")
+    # A measurement, not a speed: how fast this machine is (and how loaded) is the benchmarks' business.
+    assert not first["cached"] and math.isfinite(first["gflops_per_s"]) and first["gflops_per_s"] > 0
+    assert first["kernel"].startswith("numpy sgemm")
     again = machine_peak()
     assert again["cached"] and again["gflops_per_s"] == first["gflops_per_s"]
     # A run that achieved more than the cached peak (measured under load): measured again, the larger kept.

@@ -2,7 +2,6 @@
 
 import os
 
-import numpy as np
 import pytest
 from conftest import metrics, run_cli, run_in_process
 from docs_pages import page
@@ -17,8 +16,8 @@ def test_rerun_from_saved_config_reproduces(tmp_path, tiny):
     reruns = sorted(first.glob("rerun-*"))
     assert len(reruns) == 1
     a, b = metrics(first), metrics(reruns[0])
-    # Same seed, same data order: the loss curves agree to float32 rounding of the CPU kernels.
-    np.testing.assert_allclose(a["loss_curve"], b["loss_curve"], rtol=1e-4, atol=1e-5)
+    # Same seed, same data order, same machine: the same losses bit for bit (measured: identical, 2026-12-04).
+    assert a["loss_curve"] == b["loss_curve"]
     assert a["val_accuracy"] == b["val_accuracy"]
 
 
@@ -51,8 +50,11 @@ def test_checkpoint_round_trip(tmp_path, tiny, amp):
     acc = Model(FP32Logits(net), loss_fn=loss_fn(), metrics={"accuracy": nn.Accuracy()}).eval(data.val)["accuracy"]
     if amp == "o0":
         assert acc == m["val_accuracy"]
-    else:  # the run evaluated in FP16; the checkpoint evaluates in FP32
-        assert abs(acc - m["val_accuracy"]) <= 0.02
+    else:
+        # The run evaluated in FP16, the checkpoint evaluates in FP32: the same 359 predictions here (a 2-core AMD
+        # EPYC with AVX-512 and AVX512_BF16, 2026-12-04); one sample whose top two logits FP16 cannot tell apart
+        # may flip on another CPU's kernels, no more.
+        assert abs(acc - m["val_accuracy"]) <= 1 / 359 + 1e-9
 
 
 def _documented_metrics() -> dict:

@@ -205,3 +205,172 @@ def test_a_dry_run_checks_the_device_this_mindspore_can_use(tmp_path):
     assert proc.returncode == 2 and "device=gpu is not usable" in proc.stderr, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "valid" not in proc.stdout
     assert dry_run(tmp_path / "cpu", "device=cpu").returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Any directory entry: one reader (runner/rundir/layout.py read_record) turns it into a row saying why.
+
+
+def _hostile(root, base):
+    """Run directories, each made from a real run with one record broken the way a careless or hostile user
+    breaks it: {name: what its row must say}."""
+    import os
+
+    cases = {}
+
+    def case(name, record, body, says):
+        d = _copy(base, root / name)
+        path = d / record
+        path.unlink(missing_ok=True)
+        if callable(body):
+            body(path)
+        else:
+            path.write_text(body if isinstance(body, str) else json.dumps(body))
+        cases[name] = (record, says)
+
+    m = metrics(base)
+    case("history_numbers", "history.json", "[1, 2]", "[0] is a JSON number, not an object")
+    case("history_changes", "history.json", '[{"changes": "epochs"}]', "[0].changes is a JSON string")
+    case("history_pair", "history.json", '[{"changes": {"epochs": 3}}]', "changes.epochs is not a pair")
+    case("early_stop", "metrics.json", {**m, "early_stop": 1}, "early_stop is a JSON number, not an object")
+    case("val_curve", "metrics.json", {**m, "val_curve": [{"epoch": "x"}]}, "val_curve[0].epoch is a JSON string")
+    case("flops", "metrics.json", {**m, "flops": "x"}, "flops is a JSON string, not an object")
+    case("conv_paths", "metrics.json", {**m, "flops": {"conv_paths": {"gemm": 3}}}, "flops.conv_paths.gemm")
+    case("loop", "metrics.json", lambda p: os.symlink(p.name, p), "Too many levels of symbolic links")
+    case("dangling", "metrics.json", lambda p: os.symlink("gone.json", p), "a symbolic link to nothing")
+    case("fifo", "metrics.json", lambda p: os.mkfifo(p), "a FIFO, not a file")
+    case("fifo_config", "config.yaml", lambda p: os.mkfifo(p), "a FIFO, not a file")
+    case("fifo_history", "history.json", lambda p: os.mkfifo(p), "a FIFO, not a file")
+    case("fifo_failed", ".runner.complete", lambda p: os.mkfifo(p), "")  # present: the run wrote it last
+    case("fifo_state", "checkpoints/latest.json", lambda p: os.mkfifo(p), "")  # falls back to the step files
+    case("binary", "config.yaml", lambda p: p.write_bytes(b"\xff\xfe\x00"), "not UTF-8 text")
+    os.symlink("self", root / "self")  # a symlink loop beside the runs: an entry, never walked into
+    os.mkfifo(root / "pipe")
+    return cases
+
+
+def _in_time(fn, *args, seconds=60):
+    """fn(*args) in a thread; fails the test instead of hanging it (a FIFO opened for reading waits forever)."""
+    import threading
+
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("value", fn(*args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{fn.__name__} blocked for {seconds} s"
+    return result["value"]
+
+
+def test_every_unreadable_entry_is_a_row_saying_why(tmp_path, tiny_run, capsys):
+    root = tmp_path / "runs"
+    root.mkdir()
+    cases = _hostile(root, tiny_run)
+    got = {r.path.split("/")[-1]: r for r in _in_time(status.find_runs, [str(root)])}
+    assert set(cases) <= set(got)
+    for name, (record, says) in cases.items():
+        row = got[name]
+        if says:
+            assert row.status == "half-written", (name, row)
+            assert says in row.detail and record.split("/")[-1] in row.detail, (name, row.detail)
+        else:
+            assert row.status == "finished", (name, row)
+    # The command, its JSON and a diff against each: no traceback, no hang, exit 0 (2 for a diff: not a run).
+    code, out, _ = _in_time(_runs, capsys, root, "--json")
+    assert code == 0 and len(json.loads(out)) == len(got)
+    for name in ("flops", "conv_paths", "early_stop"):
+        code, _, err = _in_time(_runs, capsys, "diff", root / name, tiny_run)
+        assert code == 2 and name in err and "half-written" in err
+    # A root that is a symlink loop is one paragraph, naming it.
+    code, _, err = _runs(capsys, root / "self")
+    assert code == 2 and "Too many levels of symbolic links" in " ".join(err.split())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Replay takes only training settings (runner/config/schema.py KIND), and writes only its own directory.
+
+
+def _hostile_history(run, victim):
+    """A history.json that names where to write and what to log, beside a real change of epochs."""
+    changes = {
+        "epochs": [1, 1],
+        "hydra.run.dir": [None, str(victim)],
+        "hydra.job_logging.handlers.file.filename": [None, str(victim / "runner.log")],
+        "logger": [{"csv": {}}, {"mlflow": {"tracking_uri": f"file://{victim}/mlruns"}}],
+        "experiment_name": ["default", "renamed"],
+        "resume": [None, str(victim)],
+    }
+    (run / "history.json").write_text(json.dumps([{"from": str(run), "changes": changes, "step": 44}]))
+
+
+def test_replay_legs_take_only_training_settings(tmp_path, tiny_run):
+    import runner.runs as runs
+
+    run, victim = _copy(tiny_run, tmp_path / "run"), tmp_path / "victim"
+    _hostile_history(run, victim)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved["logger"] = {"mlflow": {"tracking_uri": f"file://{victim}/mlruns"}}
+    saved["compile_cache"] = {"enabled": True, "dir": str(victim / "cache")}
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    out = tmp_path / "out"
+    source = tmp_path / "source"
+    source.mkdir()
+    commands = runs.legs(str(run), str(out), runs.replay_source(str(run), str(source)))
+    assert len(commands) == 2
+    for args, _, _ in commands:
+        assert [a for a in args if a.startswith("hydra.")] == [f"hydra.run.dir={out}"]
+        assert str(victim) not in " ".join(args)
+    assert "epochs=1" in commands[1][0]
+    assert commands[1][2] == sorted(
+        k for k in json.loads((run / "history.json").read_text())[0]["changes"] if k != "epochs"
+    )
+    body = yaml.safe_load((source / "config.yaml").read_text())
+    assert str(victim) not in json.dumps(body) and body["logger"] == {"csv": {}} and "compile_cache" not in body
+    assert body["hydra"] == {"job": {"name": "runner", "chdir": False}} and body["optim"] == saved["optim"]
+    # The same declaration is what `runner-runs diff` counts: a renamed experiment is shown, not a difference.
+    renamed = _copy(tiny_run, tmp_path / "renamed")
+    saved = yaml.safe_load((renamed / "config.yaml").read_text())
+    saved["experiment_name"] = "other"
+    saved["compile_cache"]["enabled"] = False
+    (renamed / "config.yaml").write_text(yaml.safe_dump(saved))
+    report = runs.diff_runs(str(tiny_run), str(renamed))
+    assert not report["differ"] and not report["config"]
+    assert {r["key"] for r in report["bookkeeping"]} == {"experiment_name", "compile_cache.enabled"}
+
+
+@pytest.mark.parametrize("atol", ["nan", "-1", "inf"])
+def test_replay_refuses_a_tolerance_that_passes_anything(tiny_run, capsys, atol):
+    code, out, err = _runs(capsys, "replay", tiny_run, "--atol", atol, "--out", tiny_run.parent / "never")
+    assert code == 2 and f"--atol {atol}" in err and "finite number >= 0" in err and not out
+    assert not (tiny_run.parent / "never").exists()
+
+
+def test_replay_comparison_counts_nan_and_non_numbers():
+    from runner.runs import replay_differences
+
+    ones = {"loss_curve": [1.0, 2.0], "val_accuracy": 0.5, "val_loss": 1.0, "steps": 2}
+    assert replay_differences(ones, dict(ones), 0.0) == []
+    assert replay_differences(ones, {**ones, "loss_curve": [2.0, 3.0]}, 0.5)  # all 1.0 off
+    assert replay_differences(ones, {**ones, "loss_curve": [float("nan"), 2.0]}, 1e6)  # NaN where a number was
+    assert replay_differences(ones, {**ones, "val_loss": None}, 1e6)
+    nan = {**ones, "loss_curve": [float("nan"), 2.0]}
+    assert replay_differences(nan, dict(nan), 0.0) == []  # bit-identical, NaN included
+
+
+@pytest.mark.slow  # two legs through the CLI: ~30 s here
+def test_a_hostile_history_replays_into_its_own_directory_only(tmp_path, tiny_run):
+    import subprocess
+
+    run, victim = _copy(tiny_run, tmp_path / "run"), _copy(tiny_run, tmp_path / "victim")
+    _hostile_history(run, victim)
+    before = {p.name: p.read_bytes() for p in victim.rglob("*") if p.is_file()}
+    out = tmp_path / "replayed"
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.runs", "replay", str(run), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no training setting: left out" in proc.stdout and "hydra.run.dir" in proc.stdout
+    assert {p.name: p.read_bytes() for p in victim.rglob("*") if p.is_file()} == before
+    assert metrics(out)["loss_curve"] == metrics(run)["loss_curve"] and "reproduces" in proc.stdout

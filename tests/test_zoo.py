@@ -129,3 +129,25 @@ def test_resnet_stem_through_the_cli(tmp_path):
     auto, imagenet = metrics(tmp_path / "auto"), metrics(tmp_path / "imagenet")
     assert imagenet["flops"]["forward_per_sample"] < auto["flops"]["forward_per_sample"] / 2
     assert np.isfinite(imagenet["final_loss"]) and np.isfinite(auto["final_loss"])
+
+
+@pytest.mark.slow  # 23 s here: mobilenet_v2 probed in PyNative, two rounds
+def test_the_nan_diagnosis_of_a_mindcv_network_names_its_layers():
+    """The probe runs the batch in PyNative with hooks and FP32 islands; on mobilenet_v2 at 32 px the runner's
+    oneDNN kernels' backward failed there (ReLU6Grad: "The 2th dim of x(1) and dout(2) not equal"), so the
+    diagnosis ended in a traceback. It probes with MindSpore's convolutions (diagnose.with_reference_convolutions),
+    on the weights trained with the runner's."""
+    from functools import partial
+
+    from runner.amp.diagnose import find_islands
+    from runner.models import build_model
+
+    make = partial(
+        build_model, compose_cfg("model=mindcv", "model.arch=mobilenet_v2_100").model, 10, 1, 32, conv="best"
+    )
+    weights = {n: p.asnumpy() for n, p in make().parameters_dict().items()}
+    rng = np.random.default_rng(0)
+    x, y = rng.random((4, 1, 32, 32), dtype=np.float32) * 1e5, np.arange(4, dtype=np.int32)  # data.input_scale=1e5
+    found = find_islands(make, weights, "O3", [], (x, y), 1.0, 4)
+    assert found["cause"] == "amp" and found["first"]["cell"] == "features.0" and found["fixed"], found
+    assert found["keep_fp32"][0] == "features.0" and len(found["rounds"]) == len(found["keep_fp32"]) + 1

@@ -223,6 +223,29 @@ def postmortem(guard: NanGuard, make_net, run_dir: str, level: str, keep: list, 
     return record, NonFiniteTrainingError(_message(record, run_dir))
 
 
+def nonfinite_weights(net) -> list:
+    """The names of the network's parameters (BatchNorm statistics included) holding a NaN or inf."""
+    return [name for name, p in net.parameters_dict().items() if not np.isfinite(p.asnumpy()).all()]
+
+
+def weights_failure(net, run_dir: str, lr: float) -> Optional[NonFiniteTrainingError]:
+    """The error a run ends with when its final weights are not finite though no loss the guard saw was (a
+    learning rate that large drives weights to inf between checks, or BatchNorm's statistics overflow): such
+    weights are never published as model.ckpt, so evaluate, export and init_from never meet them."""
+    bad = nonfinite_weights(net)
+    if not bad:
+        return None
+    shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    return NonFiniteTrainingError(
+        f"Training ended with {len(bad)} non-finite tensor(s) in the weights ({shown}), though the losses the NaN "
+        f"guard checked stayed finite, so model.ckpt was not written and the run is recorded as failed; "
+        "metrics.json and any checkpoint saved while training (one is written only when finite) are kept in "
+        f"{run_dir}. A learning rate this large "
+        f"(optim.lr={lr:g}) drives weights to inf: lower optim.lr, add optim.warmup_epochs or optim.clip_grad_norm, "
+        "and start a new run."
+    )
+
+
 def guard_metrics(record: Optional[dict]) -> dict:
     """The `nan_guard` block of metrics.json."""
     if record is None:

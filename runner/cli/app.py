@@ -126,12 +126,16 @@ def _record_failed_job(e: BaseException, mine: bool) -> None:
 
     from runner.rundir.atomic import write_json
     from runner.rundir.layout import RunDir
+    from runner.rundir.status import held_by_another
 
     if mine:
         print_user_error(e)
     else:
         traceback.print_exc()
-    write_json(RunDir(HydraConfig.get().runtime.output_dir).failed, {"error": str(e), "error_type": type(e).__name__})
+    job_dir = HydraConfig.get().runtime.output_dir
+    if held_by_another(job_dir):
+        return  # another live process's job (this one was refused for that): its directory is not this job's record
+    write_json(RunDir(job_dir).failed, {"error": str(e), "error_type": type(e).__name__})
 
 
 def _register_plugins() -> None:

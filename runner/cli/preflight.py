@@ -587,6 +587,10 @@ def compose_like_hydra(app, args) -> list:
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
             arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
             swept = _swept(parser, arguments)
+            if str(base.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
+                from runner.rundir.sweep_jobs import check_distinct
+
+                check_distinct(_job_overrides(parser, arguments))
             if not (
                 any(len(v) > 1 and _may_change_hydra(hydra, k.lstrip("+~")) for k, v in swept.items())
                 or depends_on_the_job(base)
@@ -800,6 +804,10 @@ def _preflight(app, argv) -> None:
                 _before_run(app.before_run, cfg, num, in_sweep)
         # Last: its probe file is written only where the checks above let the run write.
         check_output_dir(output_root(base, multirun))
+        if multirun:
+            from runner.rundir.sweep_jobs import claim_sweep
+
+            claim_sweep(base)  # held until this process exits: the same sweep started twice is refused here
 
 
 def check_sweep_dir(cfg) -> None:

@@ -381,8 +381,8 @@ def _range_problems(cfg):
         # Normalize runs on images scaled to [0, 1]; MindSpore accepts mean in [0, 255], std in (0, 255].
         yield from within(f"data.mean[{i}]", m, 0, 255)
         yield from within(f"data.std[{i}]", sd, 0, 255)
-    if d.input_scale <= 0:
-        yield f"data.input_scale must be positive, got {d.input_scale}"
+    if not 0 < d.input_scale <= FLOAT_MAX_INTEGER:  # positive, and within what Rescale accepts
+        yield f"data.input_scale must be in (0, {FLOAT_MAX_INTEGER}] (MindSpore's Rescale's bound), got {d.input_scale}"
     if p.name == "fixed":
         yield from within("padding.height", p.height, 1, FLOAT_MAX_INTEGER)
         yield from within("padding.width", p.width, 1, FLOAT_MAX_INTEGER)

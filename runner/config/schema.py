@@ -7,7 +7,7 @@ Every config group's YAML merges into one of these dataclasses, so an unknown ke
 the wrong type fails while Hydra composes, before MindSpore is imported.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -275,6 +275,17 @@ class LossConfig:
     label_smoothing: float = 0.0  # training loss only; evaluation reports plain cross entropy
 
 
+# What a top-level setting is, as field metadata of Config: every setting defines what the run computes
+# (TRAINING) unless its field says otherwise. One declaration read by every command that compares or re-runs
+# saved configurations (runner/runs.py: the listing's columns, `runner-runs diff`, `runner-runs replay`), so
+# what counts as "the same training" is not kept by hand in each of them.
+KIND = "kind"
+TRAINING = "training"
+LABEL = "label"  # names the run (experiment_name): a replay keeps it, a diff shows it without counting it
+ACTION = "action"  # what this command does with the configuration (validate, plan, resume): each command decides
+REPORTING = "reporting"  # where a run reports or caches, never what it computes: a replay uses the defaults
+
+
 @dataclass
 class Config:
     mode: ModeConfig = MISSING
@@ -295,19 +306,37 @@ class Config:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
     save_checkpoint: bool = True
-    experiment_name: str = "default"
-    dry_run: bool = False  # compose and validate, print nothing but the verdict, train nothing
-    plan: bool = False  # build the data, network and optimizer, print memory/FLOPs/compiles/time, train nothing
+    experiment_name: str = field(default="default", metadata={KIND: LABEL})
+    # compose and validate, print nothing but the verdict, train nothing
+    dry_run: bool = field(default=False, metadata={KIND: ACTION})
+    # build the data, network and optimizer, print memory/FLOPs/compiles/time, train nothing
+    plan: bool = field(default=False, metadata={KIND: ACTION})
     distributed: DistributedConfig = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    resume: Optional[str] = None  # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
+    # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
+    resume: Optional[str] = field(default=None, metadata={KIND: ACTION})
     init_from: Optional[str] = None  # fine-tune: a .ckpt file or run directory whose matching weights start this run
-    logger: LoggerConfig = MISSING
+    logger: LoggerConfig = field(default=MISSING, metadata={KIND: REPORTING})
     ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
     augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
     loss: LossConfig = field(default_factory=LossConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
-    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig)
+    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig, metadata={KIND: REPORTING})
+
+
+def setting_kind(key: str) -> Optional[str]:
+    """What the dotted key of a saved configuration is: TRAINING, the top-level field's KIND, or None for a key
+    the schema does not have (Hydra's `hydra` and `defaults`, a retired setting)."""
+    top = key.split(".", 1)[0].split("[", 1)[0]
+    for f in fields(Config):
+        if f.name == top:
+            return str(f.metadata.get(KIND, TRAINING))
+    return None
+
+
+def is_training_setting(key: str) -> bool:
+    """Whether the dotted key defines what a run computes (a replay takes it, `runner-runs diff` counts it)."""
+    return setting_kind(key) == TRAINING
 
 
 def register() -> None:

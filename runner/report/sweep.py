@@ -72,6 +72,11 @@ class JobRow:
     # the sweep that this command does not have), "" (not known: collect() without `since`).
     reused: str = ""
 
+    @property
+    def name(self) -> str:
+        """#<number> for a job of this command, `dir <name>` for an earlier run's job (collect)."""
+        return f"#{self.job}" if isinstance(self.job, int) else str(self.job)
+
     def value(self, key: str):
         """A table column: the speedup, achieved GFLOP/s, or a RunMetrics attribute."""
         if key == "speedup":
@@ -113,7 +118,7 @@ class SweepSummary(Callback):
 
         stop = interruption()
         if stop["signal"]:
-            done = [f"#{r.job}" for r in rows if r.status == "ok"]
+            done = [r.name for r in rows if r.status == "ok"]
             print(
                 f"Sweep interrupted by {stop['signal']}: finished {', '.join(done) or 'none'}; interrupted "
                 f"{', '.join(f'#{j}' for j in stop['jobs']) or 'none'}; {stop['not_started']} not started.",
@@ -140,7 +145,8 @@ def collect(sweep_dir: Path, since: Optional[float] = None) -> list:
             elif _ran_since(job_dir, since):
                 row.reused = "new"  # failed before the job could record its plan (a process that died)
             else:
-                row.reused, row.job = "earlier", job_dir.name
+                # Named by its directory, never by a number: this command's jobs hold the numbers.
+                row.reused, row.job = "earlier", f"dir {job_dir.name}"
         rows.append(row)
     rows.sort(key=lambda r: (r.job if isinstance(r.job, int) else math.inf, r.dir))
     varying = _varying_overrides([r.overrides for r in rows])
@@ -199,7 +205,7 @@ def summarize(rows: list, sweep_dir: Path, title: str) -> list:
     jobs_of: dict = {}
     for r in rows:
         for n in r.metrics.advice if r.metrics and r.status == "ok" else []:
-            jobs_of.setdefault(n, []).append(f"#{r.job}")
+            jobs_of.setdefault(n, []).append(r.name)
     ok = sum(r.status == "ok" for r in rows)
     for n, jobs in jobs_of.items():
         notes.append(f"{'all jobs' if len(jobs) == ok > 1 else ', '.join(jobs)}: {n}")
@@ -236,7 +242,7 @@ def markdown(rows: list, notes: list) -> str:
     head = ["job", "overrides", "status", *(["this run"] if continued else []), *[c[1] for c in columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"#{r.job}", r.label, f"{r.status}: {r.error}" if r.error else r.status]
+        cells = [r.name, r.label, f"{r.status}: {r.error}" if r.error else r.status]
         if continued:
             cells.append(REUSED.get(r.reused, r.reused or "-"))
         for key, _, fmt in columns:

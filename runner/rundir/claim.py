@@ -85,7 +85,8 @@ def _decide(cfg, run_dir: str, overrides):
 def ours(directory: str) -> bool:
     """Whether a directory holds this runner's work: a run (its lock file, written when a run claims the
     directory), a sweep (Hydra's multirun.yaml) or Hydra's record of a run (.hydra/, also a dry run's)."""
-    return any(os.path.exists(os.path.join(directory, f)) for f in (LOCK_FILE, "multirun.yaml", ".hydra"))
+    records = (LOCK_FILE, "multirun.yaml", ".hydra", ".runner.sweep.lock")  # the last: sweep_jobs.SWEEP_LOCK
+    return any(os.path.exists(os.path.join(directory, f)) for f in records)
 
 
 def check_new_dir(directory: str, what: str) -> None:

@@ -12,8 +12,9 @@ import glob
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
@@ -118,6 +119,157 @@ def step_files(ckpt_dir: str) -> List[str]:
     return sorted((n for n in names if re.fullmatch(r"step_\d+\.ckpt", n)), reverse=True)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Reading a record: the one way every command that reads a run directory opens its files, so that no entry
+# (a FIFO, a device, a symlink loop, a file of the wrong shape) can hang or crash it.
+
+MAX_RECORD_BYTES = 256 * 2**20  # far above any record a run writes (a long run's metrics.json is a few MB)
+
+
+class RecordProblem(ValueError):
+    """A run record that is there and cannot be read; the message says why in a few words."""
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+
+
+def read_record(path: str) -> Optional[str]:
+    """The text of the record at path, None when there is none. RecordProblem when it is anything but a
+    readable regular file of UTF-8 text: a FIFO, socket, device or directory (never opened: opening a FIFO
+    waits for a writer, a device may act), a symlink loop or a link to nothing, or larger than any record."""
+    try:
+        before = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise RecordProblem("a symbolic link to nothing") from None
+        return None
+    except OSError as e:  # ELOOP, EACCES, ENAMETOOLONG, ...
+        raise RecordProblem(e.strerror or type(e).__name__) from None
+    if not stat.S_ISREG(before.st_mode):
+        raise RecordProblem(f"a {_file_kind(before.st_mode)}, not a file")
+    if before.st_size > MAX_RECORD_BYTES:
+        raise RecordProblem(f"{before.st_size} bytes, more than any record a run writes")
+    try:
+        # O_NONBLOCK: were it swapped for a FIFO since the stat, the open returns at once (checked below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise RecordProblem(e.strerror or type(e).__name__) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RecordProblem("replaced by something other than a file while being read")
+        data = f.read(MAX_RECORD_BYTES + 1)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecordProblem("not UTF-8 text") from None
+
+
+NUMBER = "number"  # a JSON number (a bool is not one)
+
+
+def check_shape(value: Any, shape: Any, where: str) -> None:
+    """RecordProblem naming the first entry of value that is not of shape. shape: a type or tuple of types,
+    NUMBER, {key: shape} (an object; each listed key, where present, of its shape), or [shape] (a list of
+    them). A null is always accepted: a record writes null for what the run did not measure."""
+    if value is None:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            raise RecordProblem(f"{where} is a JSON {_json_type(value)}, not an object")
+        for key, inner in shape.items():
+            if key in value:
+                check_shape(value[key], inner, f"{where}.{key}" if where else key)
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise RecordProblem(f"{where} is a JSON {_json_type(value)}, not a list")
+        for i, item in enumerate(value):
+            check_shape(item, shape[0], f"{where}[{i}]")
+    elif shape == NUMBER:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordProblem(f"{where} is a JSON {_json_type(value)}, not a number")
+    elif isinstance(value, bool) and shape is int or not isinstance(value, shape):
+        raise RecordProblem(f"{where} is a JSON {_json_type(value)}, not {_shape_name(shape)}")
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _shape_name(shape: Any) -> str:
+    types = shape if isinstance(shape, tuple) else (shape,)
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "a boolean",
+        list: "a list",
+        dict: "an object",
+    }
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def read_json_record(path: str, shape: Any = None) -> Any:
+    """The JSON record at path (None when there is none), checked against shape (check_shape);
+    RecordProblem when it cannot be read, is not JSON, or is not of that shape."""
+    text = read_record(path)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise RecordProblem(f"not JSON ({e})") from None
+    if shape is not None:
+        check_shape(value, shape, "")
+    return value
+
+
+# The fields of metrics.json that the collection commands read, and the shapes they read them as: a record
+# whose field has another shape is listed as unreadable, naming the field (runner/rundir/status.py).
+METRICS_SHAPE = {
+    **{k: NUMBER for k in ("val_accuracy", "val_loss", "val_top5_accuracy", "final_loss", "compile_seconds")},
+    **{k: NUMBER for k in ("throughput_samples_per_s", "step_time_median_ms", "step_time_p90_ms", "train_seconds")},
+    "peak_host_memory_mb": NUMBER,
+    **{k: int for k in ("steps", "optimizer_updates", "train_samples", "val_samples")},
+    "loss_curve": [NUMBER],
+    "val_curve": [{"epoch": NUMBER, "step": int, "accuracy": NUMBER, "loss": NUMBER}],
+    "early_stop": {"stopped": bool},
+    "nan_guard": {"reason": str, "why": str},
+    "best_checkpoint": {"monitor": str, "value": NUMBER},
+    "flops": {"achieved_gflops_per_s": NUMBER, "conv_paths": {}},
+    "versions": {},
+    "conv": {},
+    "cpu_isa": {},
+    "distributed": {},
+}
+# history.json: every resume of the run, in order (runner/rundir/resume_check.py).
+HISTORY_SHAPE = [{"from": str, "changes": {}, "step": int}]
+
+
+def read_metrics(run_dir: str) -> Optional[dict]:
+    """metrics.json of run_dir (None when there is none); RecordProblem naming what is wrong with it."""
+    metrics = read_json_record(RunDir(run_dir).metrics, METRICS_SHAPE)
+    paths = (metrics or {}).get("flops", {}) or {}
+    for name, entry in (paths.get("conv_paths") or {}).items():
+        check_shape(entry, {"layers": int}, f"flops.conv_paths.{name}")
+    return metrics
+
+
+def read_history(run_dir: str) -> list:
+    """history.json of run_dir ([] when there is none): RecordProblem unless it is a list of resumes whose
+    changes are each [before, after]."""
+    history = read_json_record(RunDir(run_dir).history, HISTORY_SHAPE) or []
+    for i, entry in enumerate(history):
+        for key, pair in (entry.get("changes") or {}).items():
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise RecordProblem(f"[{i}].changes.{key} is not a pair [before, after]")
+    return history
+
+
 class StateProblem(Exception):
     """latest.json is missing, unreadable, or names a file that is gone: the message says which."""
 
@@ -132,8 +284,10 @@ def read_state(ckpt_dir: str) -> dict:
     """
     path = os.path.join(ckpt_dir, STATE)
     try:
-        with open(path) as f:
-            state = json.load(f)
+        text = read_record(path)  # never opens a FIFO or follows a symlink loop
+        if text is None:
+            raise FileNotFoundError(path)
+        state = json.loads(text)
         if not isinstance(state, dict):
             raise TypeError(f"a JSON {type(state).__name__}, not an object")
         best = state.get("best")

@@ -8,6 +8,7 @@ applied: the learning-rate schedule is rebuilt from the new config on every star
 not load the stored one), so more epochs or an explicit optim.lr=... take effect from the resumed step.
 """
 
+import io
 import json
 import logging
 import os
@@ -131,7 +132,10 @@ def read_saved_config(path: str) -> dict:
     """A run's saved config.yaml as a plain dict (interpolations unresolved); a ConfigError naming the
     file when it is not YAML, empty, or not a mapping of settings (evaluate, predict, export, resume)."""
     try:
-        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        text = layout.read_record(path)  # never opens a FIFO or follows a symlink loop
+        if text is None:
+            raise FileNotFoundError(f"no such file: {path}")
+        saved = OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False)
     except (yaml.YAMLError, OmegaConfBaseException, ValueError, OSError, UnicodeDecodeError) as e:
         detail = error_reason(e)
         raise ConfigError(
@@ -217,22 +221,30 @@ def resume_step(resume, source_dir: str) -> Optional[int]:
 
 
 def _history(run_dir: str) -> list:
+    """history.json (layout.read_history); a ConfigError naming it when it cannot be read."""
     try:
-        with open(layout.RunDir(run_dir).history) as f:
-            return list(json.load(f))
-    except (OSError, ValueError):
-        return []
+        return layout.read_history(run_dir)
+    except layout.RecordProblem as e:
+        raise ConfigError(
+            f"{layout.RunDir(run_dir).history} is unreadable ({e}); it records the run's resumes, so the run's "
+            "configuration now cannot be known. Restore it, or pass another run."
+        ) from None
 
 
 def config_after_resumes(run_dir: str) -> dict:
     """The run's configuration now (as a plain dict): its config.yaml with every resume's changes applied."""
     body = read_saved_config(layout.RunDir(run_dir).config)
     for entry in _history(run_dir):
-        for key, (_, new) in entry.get("changes", {}).items():
+        for key, (_, new) in (entry.get("changes") or {}).items():
             node = body
             *parents, leaf = key.split(".")
             for part in parents:
                 node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    raise ConfigError(
+                        f"{layout.RunDir(run_dir).history} records a change of {key}, and {part} is no section "
+                        "of the run's configuration. Restore history.json, or pass another run."
+                    )
             node[leaf] = new
     return body
 

@@ -22,8 +22,8 @@ is not (its evaluate-*/ outputs are not runs).
 
 import contextlib
 import fcntl
-import json
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, List, Optional
@@ -69,26 +69,45 @@ class RunInfo:
 
 def locked(run_dir: str) -> bool:
     """Whether a live process holds run_dir's lock. Asks for a shared lock on a read-only descriptor and
-    drops it at once: nothing is written, and a lock only a dead process had is never held."""
+    drops it at once: nothing is written, and a lock only a dead process had is never held. A lock file that
+    is not a regular file (a FIFO in its place) is no run's lock, and is never opened."""
     path = os.path.join(run_dir, LOCK_FILE)
     try:
-        f = open(path)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
         return False
     finally:
-        f.close()  # closing releases the shared lock if it was granted
+        os.close(fd)  # closing releases the shared lock if it was granted
     return False
 
 
-def _json(path: str):
-    with open(path) as f:
-        return json.load(f)
+def held_by_another(run_dir: str) -> bool:
+    """Whether a live process other than this one (and not its launcher) holds run_dir's lock."""
+    from runner.rundir import lock
+
+    run_dir = os.path.abspath(run_dir)
+    return run_dir not in lock._held and not lock.held_by_parent(run_dir) and locked(run_dir)
+
+
+def _json(path: str, shape=None):
+    """A JSON record (layout.read_json_record): None when absent, RecordProblem when it cannot be read."""
+    return layout.read_json_record(path, shape)
+
+
+def _there(path: str) -> bool:
+    """Whether anything is at path (a link to nothing, a symlink loop or a FIFO too: each is listed as the
+    record it stands for, unreadable, not skipped as missing)."""
+    return os.path.lexists(path)
 
 
 def _one_line(text, limit: int = 160) -> str:
@@ -99,65 +118,67 @@ def _one_line(text, limit: int = 160) -> str:
 def is_candidate(directory: str) -> bool:
     """Whether directory holds any record a training run writes (so it is listed as a run, not walked into)."""
     names = (layout.CONFIG, layout.METRICS, layout.COMPLETE, layout.FAILED, LOCK_FILE, HYDRA_RECORD)
-    return any(os.path.exists(os.path.join(directory, n)) for n in names)
+    return any(_there(os.path.join(directory, n)) for n in names)
 
 
 def _other_command(directory: str) -> bool:
     """An evaluate/predict/export output directory (Hydra's record of another job name), not a training run."""
     path = os.path.join(directory, HYDRA_RECORD, "hydra.yaml")
-    if os.path.exists(os.path.join(directory, layout.CONFIG)) or not os.path.isfile(path):
+    if _there(os.path.join(directory, layout.CONFIG)) or not os.path.isfile(path):
         return False
     import yaml
 
     try:
-        with open(path) as f:
-            name = ((yaml.safe_load(f) or {}).get("hydra") or {}).get("job", {}).get("name")
-    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        name = ((yaml.safe_load(layout.read_record(path) or "") or {}).get("hydra") or {}).get("job", {}).get("name")
+    except (ValueError, AttributeError, yaml.YAMLError):
         return False  # an unreadable record: listed as the run's own problem, not skipped
     return isinstance(name, str) and name != "runner"
 
 
 def read_run(run_dir: str) -> RunInfo:
-    """The status of run_dir and what its records say; never raises for what is in the directory."""
+    """The status of run_dir and what its records say; never raises for what is in the directory: a record
+    that cannot be read (layout.read_record: malformed, of the wrong shape, a FIFO, a symlink loop) makes
+    the row say which and why, and nothing that is not a regular file is opened."""
     run_dir = os.path.abspath(run_dir)
     rd = layout.RunDir(run_dir)
     info = RunInfo(run_dir, FOREIGN)
     try:
-        info.started = os.path.getmtime(rd.config if os.path.exists(rd.config) else run_dir)
+        info.started = os.path.getmtime(rd.config if os.path.isfile(rd.config) else run_dir)
     except OSError:
         pass
-    if not is_candidate(run_dir):
-        some = sorted(os.listdir(run_dir))[:3] if os.path.isdir(run_dir) else []
+    try:
+        candidate = is_candidate(run_dir)
+        some = [] if candidate else sorted(os.listdir(run_dir))[:3]
+    except OSError as e:
+        info.detail = f"cannot be read ({e.strerror or type(e).__name__})"
+        return info
+    if not candidate:
         info.detail = f"no run of this runner ({', '.join(some) or 'empty'})"
         return info
     problem = _read_records(info, rd)
     running = locked(run_dir)
     complete = _complete(rd)
+    failure = _failure(rd) if _there(rd.failed) else None
     if running:
         info.status = RUNNING
         info.detail = _holder(run_dir)
     elif problem and problem[0] == TOO_OLD:
         info.status, info.detail = problem
-    elif not os.path.exists(rd.config):
-        info.status = HALF_WRITTEN
-        info.detail = f"no {layout.CONFIG}: the run stopped before it wrote its configuration"
-        if os.path.exists(rd.failed):
-            kind, message = _failure(rd)
-            info.status = INTERRUPTED if kind == INTERRUPTED_RECORD else FAILED
-            info.detail = message if kind == INTERRUPTED_RECORD else f"failed before it started: {message}"
+    elif not _there(rd.config):
+        info.status, info.detail = _without_config(rd, failure)
     elif problem:
         info.status, info.detail = problem
     elif complete is not None:
         info.status = FINISHED
         info.detail = f"{complete.get('steps', '?')} steps"
-    elif os.path.exists(rd.failed):
-        kind, message = _failure(rd)
+    elif failure is not None:
+        kind, message = failure
         info.status = INTERRUPTED if kind == INTERRUPTED_RECORD else FAILED
         info.detail = message
     elif info.metrics:
         info.status = FAILED
         guard = info.metrics.get("nan_guard") or {}
-        why = guard.get("reason") or guard.get("why") if isinstance(guard, dict) else None
+        why = guard.get("reason") or guard.get("why")
         info.detail = _one_line(why or "metrics.json without the completion marker: the run failed after training")
     else:
         info.status = INTERRUPTED
@@ -215,30 +236,50 @@ def clear_failure(run_dir: str) -> None:
         os.remove(layout.RunDir(run_dir).failed)
 
 
+def _without_config(rd: layout.RunDir, failure) -> tuple:
+    """(status, detail) of a directory with a run's records and no config.yaml."""
+    if failure is not None:  # the run's end was recorded before its configuration (ending_recorded)
+        if failure[0] == INTERRUPTED_RECORD:
+            return INTERRUPTED, failure[1]
+        return FAILED, f"failed before it started: {failure[1]}"
+    left = [n for n in (layout.METRICS, layout.MODEL, layout.COMPLETE) if _there(os.path.join(rd.path, n))]
+    if left or rd.has_checkpoint():
+        return HALF_WRITTEN, (
+            f"no {layout.CONFIG}, though the run left {', '.join(left) or layout.CHECKPOINTS}: its configuration "
+            "was removed, and what it left cannot be continued"
+        )
+    return HALF_WRITTEN, f"no {layout.CONFIG}: the run stopped before it wrote its configuration"
+
+
 def _complete(rd: layout.RunDir) -> Optional[dict]:
+    if not _there(rd.complete):
+        return None
     try:
         record = _json(rd.complete)
         return record if isinstance(record, dict) else {}
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
+    except layout.RecordProblem:
         return {}  # present: the run wrote it last; an unreadable body does not undo that
 
 
 def _failure(rd: layout.RunDir):
     try:
-        record = _json(rd.failed)
-        return str(record.get("error_type", "Error")), _one_line(record.get("error", ""))
-    except (OSError, ValueError, AttributeError):
-        return "Error", f"{layout.FAILED} is unreadable"
+        record = _json(rd.failed, {"error_type": str})
+        if not isinstance(record, dict):
+            raise layout.RecordProblem("not an object")
+        return str(record.get("error_type") or "Error"), _one_line(record.get("error", ""))
+    except layout.RecordProblem as e:
+        return "Error", f"{layout.FAILED} is unreadable ({_one_line(e, 60)})"
 
 
 def _holder(run_dir: str) -> str:
     try:
-        with open(os.path.join(run_dir, LOCK_FILE)) as f:
-            return _one_line(f.read()) or "a live process holds its lock"
-    except OSError:
+        return _one_line(layout.read_record(os.path.join(run_dir, LOCK_FILE)) or "") or "a live process holds its lock"
+    except layout.RecordProblem:
         return "a live process holds its lock"
+
+
+def _unreadable(name: str, e: Exception) -> tuple:
+    return HALF_WRITTEN, f"{name} is unreadable ({_one_line(e, 100)})"
 
 
 def _read_records(info: RunInfo, rd: layout.RunDir):
@@ -248,32 +289,31 @@ def _read_records(info: RunInfo, rd: layout.RunDir):
     from runner.rundir.resume_check import config_after_resumes
 
     problem = None
-    if os.path.exists(rd.config):
+    try:
+        history = layout.read_history(rd.path)
+        info.resumes = len(history)
+    except layout.RecordProblem as e:
+        return _unreadable(layout.HISTORY, e)
+    if _there(rd.config):
         try:
             info.config = config_after_resumes(rd.path)
-        except UserError as e:
-            return HALF_WRITTEN, _one_line(e)
+        except UserError as e:  # named relative to the row's own directory, so the why fits the line
+            return HALF_WRITTEN, _one_line(str(e).replace(rd.path + os.sep, ""))
         old = too_old(info.config)
         if old:
             problem = TOO_OLD, old
         info.experiment = str(info.config.get("experiment_name", ""))
         epochs = info.config.get("epochs")
-        info.epochs = epochs if isinstance(epochs, int) else None
+        info.epochs = epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
     try:
-        history = _json(rd.history) if os.path.exists(rd.history) else []
-        info.resumes = len(history) if isinstance(history, list) else 0
-    except (OSError, ValueError):
-        return HALF_WRITTEN, f"{layout.HISTORY} is unreadable"
-    if os.path.exists(rd.metrics):
-        try:
-            metrics = _json(rd.metrics)
-            if not isinstance(metrics, dict):
-                raise ValueError("not an object")
-            info.metrics = metrics
-        except (OSError, ValueError) as e:
-            return problem or (HALF_WRITTEN, f"{layout.METRICS} is unreadable ({_one_line(e, 60)})")
+        info.metrics = layout.read_metrics(rd.path) or {}
+        if not isinstance(info.metrics, dict):
+            info.metrics = {}
+            raise layout.RecordProblem("not an object")
+    except layout.RecordProblem as e:
+        return problem or _unreadable(layout.METRICS, e)
     state = None
-    if os.path.exists(rd.state):
+    if _there(rd.state):
         try:
             state = layout.read_state(rd.checkpoints)
             info.resumable = True
@@ -292,10 +332,11 @@ def _read_records(info: RunInfo, rd: layout.RunDir):
 
 def _epochs_done(info: RunInfo, state: Optional[dict]) -> Optional[float]:
     curve = info.metrics.get("val_curve")
-    if isinstance(curve, list) and curve and isinstance(curve[-1], dict) and "epoch" in curve[-1]:
+    stopped = (info.metrics.get("early_stop") or {}).get("stopped")
+    if curve and isinstance(curve[-1], dict) and curve[-1].get("epoch") is not None:
         if info.metrics.get("early_stop") or not info.epochs:
             return float(curve[-1]["epoch"])
-    if info.metrics and info.epochs and not (info.metrics.get("early_stop") or {}).get("stopped"):
+    if info.metrics and info.epochs and not stopped:
         return float(info.epochs)
     if state and isinstance(state.get("epoch"), (int, float)):
         return float(state["epoch"])
@@ -343,11 +384,15 @@ def _walk(directory: str, depth: int, found: dict) -> str:
         return "run"
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
+    except OSError as e:
+        if depth == 0:
+            return "foreign"  # a root: listed, its row saying why it cannot be read
+        found[directory] = RunInfo(directory, FOREIGN, f"cannot be read ({e.strerror or type(e).__name__})")
         return ""
-    sweep = os.path.exists(os.path.join(directory, SWEEP_RECORD))
+    sweep = _there(os.path.join(directory, SWEEP_RECORD))
+    # Never followed: a symlink (to a directory, a loop, nothing) is an entry of this folder, not a folder to walk.
     subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
-    files = [e.name for e in entries if e.is_file() and not e.name.startswith(".")]
+    files = [e.name for e in entries if not e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
     if files and not subdirs and not sweep:
         return "foreign"
     kinds = {sub: _walk(sub, depth + 1, found) for sub in subdirs}

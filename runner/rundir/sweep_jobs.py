@@ -16,15 +16,16 @@ a finished job is kept (not run again), an interrupted one resumes from its last
 rules, a failed one runs again from the start (what it left moves to `attempts/<n>/`), a new one runs.
 """
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, UserError
 from runner.rundir import layout, status
 from runner.rundir.lock import LOCK_FILE
 
@@ -37,6 +38,10 @@ STAYS = {".hydra", "runner.log", LOCK_FILE, ATTEMPTS, JOB_RECORD}
 
 NEW, KEPT, RESUMED, RERUN, REFUSED = "new", "kept", "resumed", "rerun", "refused"
 BUSY = "busy"  # another process runs the job now
+# The sweep's own lock, in its directory: the process that runs a sweep holds it from its pre-flight check to
+# its exit, so the same -m command started twice is refused whole before it writes anything (runner/cli/preflight.py).
+SWEEP_LOCK = ".runner.sweep.lock"
+_sweeps_held: dict = {}  # sweep dir -> open file (closing it, or exiting, releases the lock)
 
 
 def identity(task_cfg) -> dict:
@@ -52,10 +57,9 @@ def saved_identity(job_dir: str) -> Optional[dict]:
     import yaml
 
     try:
-        with open(os.path.join(job_dir, HYDRA_CONFIG)) as f:
-            saved = yaml.safe_load(f)
+        saved = yaml.safe_load(layout.read_record(os.path.join(job_dir, HYDRA_CONFIG)) or "")
         return saved if isinstance(saved, dict) else None
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+    except (ValueError, yaml.YAMLError):  # layout.RecordProblem: never opens a FIFO, never follows a loop
         return None
 
 
@@ -121,7 +125,7 @@ def plan(cfg, job_dir: str) -> JobPlan:
         return JobPlan(BUSY, f"another process is running this job in {job_dir} ({info.detail})")
     if info.status == status.FOREIGN and os.listdir(job_dir):
         return JobPlan(REFUSED, f"{job_dir} holds files that are not a run of this runner")
-    if info.status in (status.FOREIGN, status.HALF_WRITTEN) and not os.path.exists(layout.RunDir(job_dir).failed):
+    if info.status in (status.FOREIGN, status.HALF_WRITTEN) and not set(os.listdir(job_dir)) - STAYS:
         return JobPlan(NEW)  # Hydra's record only: a dry run, or a job stopped before it wrote anything
     if info.status in (status.FAILED, status.HALF_WRITTEN, status.TOO_OLD):
         return JobPlan(RERUN, f"was {info.status}: {info.detail}")
@@ -168,13 +172,68 @@ def recorded_plan(job_dir: str, since: Optional[float]) -> Optional[dict]:
     """The JOB_RECORD this sweep wrote for job_dir ({"action", "detail"}), None when the job did not run in it
     (since: when this sweep started; None: any record)."""
     try:
-        with open(os.path.join(job_dir, JOB_RECORD)) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+        record = layout.read_json_record(os.path.join(job_dir, JOB_RECORD))
+    except layout.RecordProblem:
         return None
-    if not isinstance(record, dict) or (since is not None and float(record.get("at", 0)) < since):
+    if not isinstance(record, dict) or not isinstance(record.get("at", 0), (int, float)):
+        return None
+    if since is not None and float(record.get("at", 0)) < since:
         return None
     return record
+
+
+def check_distinct(job_overrides: List[List[str]]) -> None:
+    """ConfigError when two jobs of a sweep set the same values (`seed=0,0`, `optim.lr=0.1,0.10`): each job's
+    directory is the one its configuration names, so the second would find the first's and keep it, and the
+    summary would list one job for two."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    seen: dict = {}
+    for num, job in enumerate(job_overrides):
+        parsed = parser.parse_overrides(job)
+        key = tuple(sorted((o.get_key_element(), repr(o.value())) for o in parsed))
+        if key in seen:
+            raise ConfigError(
+                f"jobs #{seen[key]} and #{num} of this sweep are one configuration "
+                f"({' '.join(job) or 'no overrides'}): "
+                "a sweep runs each configuration once, in the directory that configuration names, so the second "
+                "would only find the first's result. Drop the repeated value (a run of one configuration gives the "
+                "same numbers every time; to see the spread over seeds, sweep seed=0,1,2)."
+            )
+        seen[key] = num
+
+
+def claim_sweep(sweep_cfg) -> None:
+    """Lock the sweep directory for this process (held until it exits); UserError naming the process that
+    holds it. A directory only the run can name (${now:...}) is a new one: nothing to claim."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        sweep_dir = os.path.abspath(str(sweep_cfg.hydra.sweep.dir))
+    except OmegaConfBaseException:
+        return
+    if sweep_dir in _sweeps_held:
+        return
+    os.makedirs(sweep_dir, exist_ok=True)
+    path = os.path.join(sweep_dir, SWEEP_LOCK)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = " ".join(f.read().split()) or "another process"
+        f.close()
+        raise UserError(
+            f"Another process ({holder}) is running a sweep in {sweep_dir} and holds its lock ({path}); two sweeps "
+            "in one directory would run, keep or fail each other's jobs. Wait for it to end, then run the command "
+            "again: it continues the sweep (finished jobs are kept). Or choose another hydra.sweep.dir."
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    f.flush()
+    _sweeps_held[sweep_dir] = f
 
 
 def check_continuable(sweep_cfg) -> None:

@@ -19,7 +19,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from runner.report.speed import speed_key, speed_records
+from runner.report.speed import comparable, speed_key, speed_records
 
 log = logging.getLogger("runner")
 
@@ -207,23 +207,36 @@ def _step_ms(cfg, conv_path: str, target: str, flops_step: float, layers: int, m
     if not peak.get("gflops_per_s"):
         return None, "this machine's matmul peak could not be measured"
     util = UTILIZATION.get(conv_path, UTILIZATION["native"])
-    per_layer, learned = host_ms_per_layer(records, peak["gflops_per_s"])
+    per_layer, learned = host_ms_per_layer(records, peak["gflops_per_s"], comparable(cfg, conv_path), target)
     ms = flops_step / (peak["gflops_per_s"] * 1e9 * util) * 1000 + per_layer * layers
     return ms, f"{util:.0%} of the {peak['gflops_per_s']:.0f} GFLOP/s peak, {per_layer:.2f} ms a layer ({learned})"
 
 
-def host_ms_per_layer(records: dict, peak_gflops: float) -> tuple:
+def host_ms_per_layer(records: dict, peak_gflops: float, like: dict, target: str = "CPU") -> tuple:
     """(this machine's host cost per layer and step in ms, where it comes from): what its recorded runs of other
     configurations took beyond their FLOPs at the peak's utilization, per layer, from the run that measures it
     best (the one whose FLOPs explain least of its step); else STEP_OVERHEAD_MS_PER_LAYER, a reference machine's.
     The cost is the host's (kernel launches, data, callbacks): it moves with the CPU and its load, which the
-    matmul peak does not show."""
+    matmul peak does not show, and with how the steps run: only runs alike in `like` (runner/report/speed.py
+    comparable: mode, precision, convolution path) are learned from; a PyNative or O2 step's host cost is
+    many times a graph-mode O0 one's."""
+    from runner.amp.precision import resolve_level
     from runner.report.flops import machine_key
 
+    def how(r: dict) -> tuple:
+        return (
+            str(r.get("mode")),
+            resolve_level(str(r.get("amp")).upper().replace("AUTO", "auto"), target),
+            str(r.get("conv")),
+        )
+
+    wanted = how(like)
     here = machine_key(None) + " | "
     best = None
     for k, r in records.items():
         if not (k.startswith(here) and isinstance(r, dict) and r.get("layers") and r.get("flops_per_step")):
+            continue
+        if not isinstance(r.get("step_ms"), (int, float)) or how(r) != wanted:
             continue
         util = UTILIZATION.get(str(r.get("conv")), UTILIZATION["native"])
         compute = r["flops_per_step"] / (peak_gflops * 1e9 * util) * 1000
@@ -231,7 +244,8 @@ def host_ms_per_layer(records: dict, peak_gflops: float) -> tuple:
         if r["step_ms"] > compute and (best is None or share < best[0]):
             best = (share, (r["step_ms"] - compute) / r["layers"], k.split(" | ", 3)[-1])
     if best is None:
-        return STEP_OVERHEAD_MS_PER_LAYER, "a reference machine's: no run on this one recorded its layers yet"
+        alike = f"{wanted[0]} {wanted[1]}, conv {wanted[2]}"
+        return STEP_OVERHEAD_MS_PER_LAYER, f"a reference machine's: no run of this machine recorded as {alike} yet"
     return best[1], f"measured by this machine's run of {best[2]}"
 
 

@@ -482,7 +482,7 @@ class Recipe:
     def _after_training(self) -> Outcome:
         """The NaN guard's post-mortem, or the EMA weights put in, the best restored after an early stop and the
         final validation."""
-        from runner.amp.guard import postmortem
+        from runner.amp.guard import postmortem, weights_failure
         from runner.report.shapes import compile_count
         from runner.training.validation import final_validation
 
@@ -494,6 +494,8 @@ class Recipe:
         ema = not failure and getattr(step_cell, "ema_decay", 0) > 0
         if ema:
             step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
+        if not failure:  # a finished run never publishes non-finite weights as its result
+            failure = weights_failure(self.net, self.env.run_dir, float(self.cfg.optim.lr))
         val, stopped = (
             final_validation(
                 self.validation_and_stop,
