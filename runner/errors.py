@@ -4,10 +4,10 @@
 names them all for the CLI.
 """
 
+import signal
 import sys
 import textwrap
 
-from runner.cli.starting import signal_name  # standard library only: runner/__init__.py imports it first
 from runner.datasets.errors import DataError
 from runner.models.errors import ModelError
 
@@ -23,6 +23,14 @@ class ConfigError(UserError):
 class InputError(UserError):
     """Files a command was given to read (predict's input=) that are missing or unreadable. (The data
     layer's own DataError is runner.datasets.DataError.)"""
+
+
+def signal_name(signum: int) -> str:
+    """`SIGINT (signal 2)`: how a run names the signal that stopped it (the command exits 128 + signum)."""
+    try:
+        return f"{signal.Signals(signum).name} (signal {signum})"
+    except ValueError:
+        return f"signal {signum}"
 
 
 class Interrupted(Exception):

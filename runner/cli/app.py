@@ -170,12 +170,12 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None, show
         _catch_interrupts()
         argv = sys.argv[1:]
         prints = prints_only(argv)
+        take_back()  # the first words runner/__main__.py said: the status line takes their place
         if shows_status and not prints and not ({"-m", "--multirun"} & set(argv)):
             from runner.report import screen
 
             screen.enable_status()
             screen.status("composing the configuration")
-        take_back()  # the first words runner/__main__.py said, where no status line follows them
         if prints:
             # `runner-evaluate -sc install=bash | head`: Hydra reports a BrokenPipeError as a traceback
             # of its own; a printing command dies of SIGPIPE quietly like any Unix tool. (Not for a

@@ -16,8 +16,8 @@ import signal
 import sys
 
 
-def signal_name(signum: int) -> str:
-    """`SIGINT (signal 2)`: how a run names the signal that stopped it (the command exits 128 + signum)."""
+def _named(signum: int) -> str:
+    # runner/errors.py signal_name's words, without its imports (omegaconf: ~0.25 s before the first line)
     try:
         return f"{signal.Signals(signum).name} (signal {signum})"
     except ValueError:
@@ -42,7 +42,7 @@ def exit_interrupted(signum: int, at_once: bool = False) -> None:
     the module's docstring), so the process ends at once (as with at_once), after flushing what it wrote:
     everything a run saves is written by then, and the kernel releases its run directory's lock."""
     take_back()
-    print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
+    print(f"Interrupted by {_named(signum)}.", file=sys.stderr, flush=True)
     code = 128 + signum
     if at_once or mindspore_half_loaded():
         import logging

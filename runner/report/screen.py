@@ -19,8 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.spinner import Spinner
 from rich.text import Text
 
-from runner.cli.starting import take_back
-
 _enabled = False  # the status line: the command line's training command turns it on (runner/cli/app.py)
 _live: Optional[Live] = None  # the display on screen now: the status line or the progress bar
 _status: Optional["_Phase"] = None
@@ -106,7 +104,6 @@ def status(text: str) -> None:
     if not _enabled or not on_terminal() or (_live is not None and _status is None):
         return
     if _status is None:
-        take_back()  # the command's first words (runner/cli/starting.py) give way
         _status = _Phase()
         _status.set(text)
         live = Live(_status, console=_console(), transient=True, refresh_per_second=8, redirect_stderr=_stderr_here())

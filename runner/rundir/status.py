@@ -26,7 +26,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, List, Optional
+from typing import Callable, Iterable, Iterator, List, Optional
 
 from runner.rundir import layout
 from runner.rundir.lock import LOCK_FILE
@@ -192,21 +192,21 @@ def read_run(run_dir: str) -> RunInfo:
 
 
 @contextlib.contextmanager
-def ending_recorded(run_dir: str) -> Iterator[None]:
+def ending_recorded(run_dir: str, signal_of: Callable[[BaseException], Optional[int]]) -> Iterator[None]:
     """Around a run in the directory it has claimed: when it ends by an error or a signal, failed.json says
     which (read back by read_run: failed with the error's first line, or interrupted with the signal and the
-    checkpoint that continues it), and the exception goes on."""
-    from runner.errors import Interrupted
-    from runner.training.interrupts import received, signal_name
+    checkpoint that continues it), and the exception goes on. signal_of(exception): the signal it stands
+    for, None for an error (runner/training/interrupts.py signal_of)."""
+    from runner.errors import signal_name
 
     try:
         yield
-    except (Interrupted, KeyboardInterrupt) as e:
-        signum = e.signum if isinstance(e, Interrupted) else received()
-        _write_failure(run_dir, INTERRUPTED_RECORD, _interruption(run_dir, signal_name(signum)))
-        raise
-    except Exception as e:
-        _write_failure(run_dir, type(e).__name__, " ".join(str(e).split()) or repr(e))
+    except BaseException as e:
+        signum = signal_of(e)
+        if signum is not None:
+            _write_failure(run_dir, INTERRUPTED_RECORD, _interruption(run_dir, signal_name(signum)))
+        elif isinstance(e, Exception):
+            _write_failure(run_dir, type(e).__name__, " ".join(str(e).split()) or repr(e))
         raise
 
 

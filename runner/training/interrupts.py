@@ -16,7 +16,15 @@ import threading
 
 from runner.errors import signal_name
 
-__all__ = ["FinalPhaseInterrupted", "note_signal", "received", "route_sigint", "sigint_delivered", "signal_name"]
+__all__ = [
+    "FinalPhaseInterrupted",
+    "note_signal",
+    "received",
+    "route_sigint",
+    "sigint_delivered",
+    "signal_name",
+    "signal_of",
+]
 
 # A no-op handler on a signal nobody else uses: sent to the main thread, it ends a blocking system call
 # (a wait on the compiler or on a sweep's job) so that the SIGINT handed over is acted on at once.
@@ -34,6 +42,15 @@ def note_signal(signum: int) -> None:
 def received() -> int:
     """The signal behind a KeyboardInterrupt: the one noted, else SIGINT (Python's own Ctrl-C)."""
     return _received if _received is not None else int(signal.SIGINT)
+
+
+def signal_of(error: BaseException) -> "int | None":
+    """The signal an exception that ended a run stands for (Interrupted, KeyboardInterrupt), None for an error."""
+    from runner.errors import Interrupted
+
+    if isinstance(error, Interrupted):
+        return error.signum
+    return received() if isinstance(error, KeyboardInterrupt) else None
 
 
 class FinalPhaseInterrupted(BaseException):

@@ -32,7 +32,7 @@ from runner.rundir.saved_run import write_classes
 from runner.rundir.status import ending_recorded
 from runner.training import compile_cache, distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
-from runner.training.interrupts import FinalPhaseInterrupted, signal_name
+from runner.training.interrupts import FinalPhaseInterrupted, signal_name, signal_of
 
 if TYPE_CHECKING:
     from mindspore import nn
@@ -131,7 +131,7 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
         return _train(cfg, run_dir)
     if claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN:
         return None
-    with ending_recorded(run_dir):  # failed.json: the error or the signal that ended it, for runner-runs
+    with ending_recorded(run_dir, signal_of):  # failed.json: the error or the signal that ended it, for runner-runs
         if distributed.should_launch(cfg.distributed):
             return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
         return _train(cfg, run_dir)
