@@ -15,6 +15,10 @@ import numpy as np
 from mindspore import dtype as mstype
 
 from runner.datasets.errors import DataError, error_reason, not_regular
+from runner.datasets.presence import MNIST_FILES, NAMED_FILES, need_dir, need_file, root_with_files
+
+# Under their earlier names, which mindrecord.py imports.
+_need_dir, _need_file = need_dir, need_file
 
 # Passed to ImageFolderDataset too, so the files it decodes are exactly the files measured here.
 IMAGE_EXTENSIONS = [e for ext in (".png", ".jpg", ".jpeg", ".bmp") for e in (ext, ext.upper())]
@@ -86,20 +90,6 @@ def synthetic(cfg, seed):
     noise = rng.randint(-64, 64, (cfg.num_samples, size, size, c))
     images = np.clip(patterns[labels] // 2 + 64 + noise, 0, 255).astype(np.uint8)
     return _from_arrays(images, labels, cfg, seed, cfg.num_classes)
-
-
-def _need_dir(path, what):
-    if not os.path.isdir(path):
-        raise DataError(f"{what} {path!r} does not exist or is not a directory.")
-
-
-def _need_file(path: str, what: str) -> None:
-    """DataError unless path is a regular file (missing, a folder, a FIFO: each named)."""
-    if not os.path.lexists(path):
-        raise DataError(f"{what} {path!r} does not exist.")
-    why = "a directory" if os.path.isdir(path) else not_regular(path)
-    if why:
-        raise DataError(f"{what} {path!r} is {why}; it must be a regular file.")
 
 
 # Labels are class indices: far more classes than any dataset has (ImageNet-21k: 21,841) is a wrong
@@ -412,14 +402,8 @@ def cifar10(cfg, seed):
     Read with numpy, not MindSpore's Cifar10Dataset: that reader insists on exactly 10000 records per
     file (cifar_op.cc), so subsets and small test sets in the same format fail there.
     """
-    root = os.path.expanduser(cfg.root)
-    _need_dir(root, "data.root")
-    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
-    missing = [n for n in names if not os.path.lexists(os.path.join(root, n))]
-    if missing:
-        raise DataError(f"data.root {root!r} lacks CIFAR-10 binary files {missing} (the 'binary version' download).")
-    for n in names:
-        _need_file(os.path.join(root, n), "The CIFAR-10 file")
+    root = root_with_files(cfg)
+    names = NAMED_FILES["cifar10"][0]
     parts = [_cifar_file(os.path.join(root, n)) for n in names]  # CIFAR-10: one label byte, 10 classes
     train = (np.concatenate([p[0] for p in parts[:5]]), np.concatenate([p[1] for p in parts[:5]]))
     test = parts[5]
@@ -439,13 +423,7 @@ def cifar100(cfg, seed):
     file that is not the full 50000/10000 records ("Invalid cifar100 file, failed to read data"
     on a 30-record train.bin, MindSpore 2.10), so subsets and small test sets fail there.
     """
-    root = os.path.expanduser(cfg.root)
-    _need_dir(root, "data.root")
-    missing = [n for n in ("train.bin", "test.bin") if not os.path.lexists(os.path.join(root, n))]
-    if missing:
-        raise DataError(f"data.root {root!r} lacks CIFAR-100 binary files {missing} (the 'binary version' download).")
-    for n in ("train.bin", "test.bin"):
-        _need_file(os.path.join(root, n), "The CIFAR-100 file")
+    root = root_with_files(cfg)
     train, test = (_cifar_file(os.path.join(root, n), 2, 100, "CIFAR-100") for n in ("train.bin", "test.bin"))
     names_file = os.path.join(root, "fine_label_names.txt")
     names = None
@@ -463,9 +441,6 @@ def cifar100(cfg, seed):
     return Source(make(*train), make(*test), 100, *sizes, 3, class_names=names)
 
 
-MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-
-
 def _mnist_labels(path: str) -> None:
     """Check an idx1 label file's labels (MindSpore's MnistDataset reads them unchecked, and a label of
     10 or more fails in the loss deep in training); a malformed header is left to MnistDataset's own check."""
@@ -478,15 +453,7 @@ def _mnist_labels(path: str) -> None:
 def mnist(cfg, seed):
     """MNIST (or Fashion-MNIST) idx files in data.root, read by MindSpore's MnistDataset: train-* for
     training, t10k-* for validation (any number of images; 28x28 gray)."""
-    root = os.path.expanduser(cfg.root)
-    _need_dir(root, "data.root")
-    missing = [n for n in MNIST_FILES if not os.path.lexists(os.path.join(root, n))]
-    if missing:
-        raise DataError(
-            f"data.root {root!r} lacks the MNIST idx files {missing} (uncompressed: gunzip the downloaded *.gz)."
-        )
-    for name in MNIST_FILES:
-        _need_file(os.path.join(root, name), "The MNIST file")
+    root = root_with_files(cfg)
     for name in MNIST_FILES[1::2]:
         _mnist_labels(os.path.join(root, name))
     splits, sizes = {}, {}

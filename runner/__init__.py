@@ -17,6 +17,11 @@ import importlib
 import sys
 from typing import Any
 
+from runner.cli.starting import catch_signals_while_starting
+
+# First thing in a command (`runner-train`, `python -m runner`): a signal during its imports ends it in one line.
+catch_signals_while_starting()
+
 __all__ = [
     "compose",
     "train",

@@ -1,23 +1,16 @@
 """`runner-train [overrides]` or `python -m runner [overrides]`: Hydra composes conf/ into the
 typed config and hands it to run(). runner/cli/app.py checks what Hydra would act on before it starts."""
 
-import signal
+import os
 import sys
 
+from runner.cli.starting import say_starting
 
-def _terminated_while_starting(signum, frame):
-    # Python's default for SIGTERM ends the process silently (rc -15); the imports below take seconds, and
-    # the CLI installs its own handler (runner/cli/app.py entry_point) only after them.
-    print("Interrupted by SIGTERM (signal 15).", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
-
-
-if __name__ == "__main__" and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-    signal.signal(signal.SIGTERM, _terminated_while_starting)
+# On a terminal, before the seconds of imports below (the status line takes its place).
+say_starting(__name__ == "__main__" or os.path.basename(sys.argv[0]) == "runner-train")
 
 import logging  # noqa: E402
 import math  # noqa: E402
-import os  # noqa: E402
 from typing import Optional  # noqa: E402
 
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
@@ -89,6 +82,10 @@ def before_run(cfg, run_dir: str, overrides, in_sweep: bool) -> None:
         validate(cfg, init_from_problems)  # as runner.api.train does first
         check_tools(cfg)
         check_loggers(cfg)
+        if cfg.dry_run:  # its data and device too, before Hydra writes the directory the dry run would discard
+            from runner.api import check_before_training
+
+            check_before_training(cfg)
     else:
         job = sweep_jobs.plan(cfg, run_dir)
         if job.action == sweep_jobs.BUSY:
@@ -120,7 +117,7 @@ def discard_run_dir(run_dir: str) -> None:
 
 
 # check_free: a directory a live run holds is refused before Hydra writes .hydra/ and runner.log into it.
-train = entry_point(main, check_free, config_name="config", before_run=before_run)
+train = entry_point(main, check_free, config_name="config", before_run=before_run, shows_status=True)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
     check_tools(cfg)  # not in validate: evaluate/export of a finished run need none of them
     check_loggers(cfg)
     if cfg.dry_run:
+        check_before_training(cfg)
         print("Configuration is valid (dry_run=true: nothing was trained).", flush=True)
         return None
     if cfg.plan:
@@ -77,6 +78,16 @@ def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Opt
             return run(cfg, run_dir, list(overrides))
         finally:
             lock.release(run_dir)
+
+
+def check_before_training(cfg: "DictConfig") -> None:
+    """What a run checks before it trains, beyond the configuration: its data's folders and files are there
+    (nothing is read), and its device is one this MindSpore build can use."""
+    from runner.datasets.presence import check_present
+    from runner.training.environment import check_device
+
+    check_present(cfg.data)
+    check_device(cfg.device, cfg.mode)
 
 
 def evaluate_run(run: str, out_dir: Optional[str] = None, **options: Any) -> "EvalMetrics":

@@ -203,7 +203,7 @@ def list_runs(roots: List[str], sort: Optional[str], where: Sequence[str], as_js
     from rich.table import Table
 
     table = Table(title=f"{len(runs)} run(s) under {', '.join(roots)}", title_justify="left")
-    for head in ("when", "run", "experiment", "status", "epochs", "monitored", "samples/s", *keys):
+    for head in ("when", "run", "experiment", "status", "epochs", "val_accuracy", "monitored", "samples/s", *keys):
         table.add_column(head, overflow="fold")
     table.add_column("note", overflow="fold")
     for r in runs:
@@ -211,7 +211,9 @@ def list_runs(roots: List[str], sort: Optional[str], where: Sequence[str], as_js
         epochs = f"{_fmt(r.epochs_done)}/{_fmt(r.epochs)}" if r.epochs is not None else _fmt(r.epochs_done)
         metric = f"{r.monitor} {_fmt(r.monitor_value)}" if r.monitor else "-"
         note = "" if r.status == status.FINISHED else r.detail
-        cells = [status.when(r), _shown_path(r.path), r.experiment or "-", r.status, epochs, metric]
+        accuracy = r.metrics.get("val_accuracy")  # of the weights the run ended with (what --sort=-val_accuracy orders)
+        accuracy = _fmt(accuracy, 4) if isinstance(accuracy, (int, float)) else "-"
+        cells = [status.when(r), _shown_path(r.path), r.experiment or "-", r.status, epochs, accuracy, metric]
         cells += [_fmt(r.throughput, 4), *[_fmt(config.get(k)) for k in keys], note]
         table.add_row(*cells)
     _console().print(table)

@@ -4,9 +4,11 @@ MindSpore imports and on a sweep; a closed pipe ends a command quietly."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -136,7 +138,7 @@ def test_ctrl_c_on_a_sweep(tmp_path):
     log = tmp_path / "0" / "runner.log"
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
-        if log.exists() and "step" in log.read_text():
+        if log.exists() and " train_loss " in log.read_text():
             break
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)  # the sweep's process only, as a console's Ctrl-C reaches it
@@ -215,3 +217,86 @@ def test_kill_int_mid_training_to_a_background_job_says_sigint_and_exits_130(tmp
     assert "interrupted by SIGINT (signal 2)" in out and "SIGTERM" not in out and "Traceback" not in out, out[-3000:]
     latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
     assert latest["global_step"] >= 10 and (run_dir / "checkpoints" / latest["latest"]).is_file()
+
+
+def _signal_at(tmp_path, signum, line, *overrides, also=lambda pid: True, timeout=300):
+    """Run `python -m runner` on TINY, send signum once a line of its output contains `line` and also(pid)
+    holds, and return (exit status, everything it printed, the run directory)."""
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, "log_every=10", *overrides)
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    out, sent = [], False
+    try:
+        for text in proc.stdout:
+            out.append(text)
+            if not sent and line in text:
+                deadline = time.monotonic() + 60
+                while not also(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                proc.send_signal(signum)
+                sent = True
+        proc.wait()
+    finally:
+        killer.cancel()
+    assert sent, "".join(out)
+    return proc.returncode, "".join(out), run_dir
+
+
+def _quiet(out: str) -> bool:
+    """Nothing but the runner's own lines: no traceback, no fatal error, no MindSpore error."""
+    return not any(noise in out for noise in ("Traceback", "Fatal Python error", "[ERROR]", "Aborted"))
+
+
+def test_ctrl_c_while_mindspore_loads_is_one_line_and_the_run_is_listed_interrupted(tmp_path):
+    # Issue 39: Ctrl-C after the `model.conv=best ...` line crashed in MindSpore's atexit hook (Fatal Python
+    # error, exit 134). The signal comes once MindSpore's native module is mapped, while its import goes on.
+    from runner.rundir.status import read_run
+
+    code, out, run_dir = _signal_at(
+        tmp_path, signal.SIGINT, "model.conv=", also=lambda pid: _loaded(pid, "_c_expression")
+    )
+    assert code == 130 and _quiet(out), out
+    assert out.strip().splitlines()[-1] == "Interrupted by SIGINT (signal 2).", out
+    info = read_run(str(run_dir))
+    assert info.status == "interrupted" and info.detail == (
+        "by SIGINT (signal 2) before its first checkpoint: nothing to resume, run it again"
+    ), info
+
+
+def test_sigterm_mid_training_is_one_line_and_the_run_is_listed_resumable(tmp_path):
+    from runner.rundir.status import read_run
+
+    code, out, run_dir = _signal_at(tmp_path, signal.SIGTERM, "step 10/", "epochs=3")
+    assert code == 143 and _quiet(out), out
+    assert sum("SIGTERM (signal 15)" in line for line in out.splitlines()) == 1, out
+    info = read_run(str(run_dir))
+    assert info.status == "interrupted" and info.resumable, info
+    assert re.fullmatch(
+        r"by SIGTERM \(signal 15\); its checkpoint at step \d+ is saved: resume=true continues it", info.detail
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum, line, status, detail",
+    [
+        # MindSpore loading, signalled at once (the import has just begun) and by SIGTERM
+        (signal.SIGINT, "model.conv=", "interrupted", "before its first checkpoint"),
+        (signal.SIGTERM, "model.conv=", "interrupted", "before its first checkpoint"),
+        # the first step's compilation: before the checkpointer is armed, or saved at step 1
+        (signal.SIGINT, "training (", "interrupted", r"before its first checkpoint|checkpoint at step 1 "),
+        # the final phase (evaluation and report), and after the last write
+        (signal.SIGINT, "epoch 1/1: train_loss", "interrupted", "checkpoint at step 44 is saved"),
+        (signal.SIGTERM, "val_acc ", "finished", "44 steps"),
+    ],
+)
+def test_a_signal_at_each_moment_of_a_run_is_one_line_and_a_true_record(tmp_path, signum, line, status, detail):
+    from runner.rundir.status import read_run
+
+    code, out, run_dir = _signal_at(tmp_path, signum, line)
+    assert code == 128 + signum and _quiet(out), out
+    named = f"{signal.Signals(signum).name} (signal {int(signum)})"
+    assert sum(named in text for text in out.splitlines()) == 1, out
+    info = read_run(str(run_dir))
+    assert info.status == status and re.search(detail, info.detail), info

@@ -118,7 +118,7 @@ def test_run_measures_curves_flops_and_writes_tensorboard(tmp_path, tiny):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
-    loss = acc.Scalars("train/loss")
+    loss = acc.Scalars("train_loss")
     assert [e.step for e in loss] == [s for s in range(10, m["steps"] + 1, 10)] + (
         [m["steps"]] if m["steps"] % 10 else []
     )
@@ -131,9 +131,27 @@ def test_csv_logger_is_the_default(eval_off_run):
     assert "log_every=20" in EVAL_OFF and not [o for o in EVAL_OFF if o.startswith("logger")]
     m = metrics(eval_off_run)
     rows = list(csv.DictReader(open(eval_off_run / "metrics.csv")))
-    assert [int(r["step"]) for r in rows[:-1]] == [20, 40, m["steps"]]
-    assert float(rows[-1]["throughput_samples_per_s"]) == pytest.approx(m["throughput_samples_per_s"])
+    assert [int(r["step"]) for r in rows] == [20, 40, m["steps"]]  # one row per logged step, none repeated
+    assert [float(r["lr"]) for r in rows] == pytest.approx([m["lr_curve"][int(r["step"]) - 1] for r in rows])
     assert not (eval_off_run / "tensorboard").exists()
+
+
+def test_metrics_csv_names_each_metric_once_and_records_the_learning_rate(tiny_run):
+    # Issue 39: metrics.csv had both val/accuracy and val_accuracy, repeated the last step's row, and no lr.
+    m = metrics(tiny_run)
+    with open(tiny_run / "metrics.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == ["step", "epoch", "lr", "train_loss", "step_time_ms", "val_accuracy", "val_loss"]
+    (row,) = rows  # TINY logs every 1000 steps: the last step's row, which the validation after it joined
+    assert int(row["step"]) == m["steps"] == 44 and float(row["epoch"]) == 1.0
+    assert (
+        float(row["val_accuracy"]) == pytest.approx(m["val_accuracy"]) and float(row["train_loss"]) == m["final_loss"]
+    )
+    # The default cosine schedule from optim.lr=0.1 to 0 over the 44 updates, every step recorded.
+    assert len(m["lr_curve"]) == 44 and m["lr_curve"][0] == pytest.approx(0.1)
+    assert m["lr_curve"][22] == pytest.approx(0.05, rel=1e-5) and float(row["lr"]) == m["lr_curve"][-1]
+    assert all(a > b for a, b in zip(m["lr_curve"], m["lr_curve"][1:]))
 
 
 @pytest.mark.slow
@@ -210,9 +228,9 @@ def test_wandb_logger_writes_an_offline_run(tmp_path, monkeypatch):
     run_dir.mkdir()
     (run_dir / "metrics.json").write_text("{}")
     logger = build_logger(cfg.logger, {"model": {"name": "resnet8"}, "lr": 0.1}, "exp", str(run_dir))
-    logger.log_metrics({"train/loss": 2.0, "train/step_time_ms": 5.0}, 10)
-    logger.log_metrics({"train/loss": 1.0, "train/step_time_ms": 5.0}, 20)
-    logger.log_metrics({"val/accuracy": 0.5, "val/loss": 1.2}, 20)  # a validation at a logged step
+    logger.log_metrics({"train_loss": 2.0, "step_time_ms": 5.0, "lr": 0.1}, 10)
+    logger.log_metrics({"train_loss": 1.0, "step_time_ms": 5.0, "lr": 0.05}, 20)
+    logger.log_metrics({"val_accuracy": 0.5, "val_loss": 1.2}, 20)  # a validation at a logged step
     logger.finish(
         RunMetrics(steps=20, final_loss=1.0, val_accuracy=0.75, run_dir=str(run_dir)), [str(run_dir / "metrics.json")]
     )
@@ -220,12 +238,14 @@ def test_wandb_logger_writes_an_offline_run(tmp_path, monkeypatch):
     (run,) = [v for k, v in records if k == "run"]
     assert run["_project"] == "exp" and run["_name"] == "run" and run["model.name"] == "resnet8" and run["lr"] == 0.1
     history = [v for k, v in records if k == "history"]
-    assert [(h["_step"], h["train/loss"]) for h in history] == [(10, 2.0), (20, 1.0)]
-    assert history[-1]["val/accuracy"] == 0.5  # merged into step 20's row
+    assert [(h["_step"], h["train_loss"], h["lr"]) for h in history] == [(10, 2.0, 0.1), (20, 1.0, 0.05)]
+    assert history[-1]["val_accuracy"] == 0.5  # merged into step 20's row
     summary = {k: v for kind, values in records if kind == "summary" for k, v in values.items()}
     assert summary["final_loss"] == 1.0 and summary["val_accuracy"] == 0.75
     assert any("metrics.json" in v for k, v in records if k == "files")
-    assert list(csv.DictReader(open(run_dir / "metrics.csv")))[-1]["val_accuracy"] == "0.75"  # csv kept too
+    # metrics.csv kept too: one row per step, each metric under one name, no row of final values.
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert [(r["step"], r["train_loss"], r["val_accuracy"]) for r in rows] == [("10", "2.0", ""), ("20", "1.0", "0.5")]
 
 
 def test_wandb_that_cannot_start_is_one_paragraph(tmp_path, monkeypatch):
@@ -288,6 +308,19 @@ def _m(**kw):
     return RunMetrics(**{**base, **kw})
 
 
+def test_the_pynative_step_the_advice_weighs_is_this_machines_record_of_the_same_configuration(tmp_path, monkeypatch):
+    from runner.report.speed import record_speed
+    from runner.training.recipe import _pynative_step_ms
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    graph = compose_cfg(*TINY)
+    assert _pynative_step_ms(graph, "onednn") is None  # nothing measured yet
+    record_speed(compose_cfg(*TINY, "mode=pynative"), "onednn", 42.0, None)
+    record_speed(compose_cfg(*TINY, "mode=pynative", "batch_size=64"), "onednn", 99.0, None)  # another config
+    assert _pynative_step_ms(graph, "onednn") == 42.0 and _pynative_step_ms(graph, "native") is None
+    assert _pynative_step_ms(compose_cfg(*TINY, "mode=pynative"), "onednn") is None  # a pynative run itself
+
+
 def test_run_advice_only_from_what_was_measured():
     assert advice.run_notes(_m()) == []
     (note,) = advice.run_notes(_m(compile_count=4, padding={"kind": "bucket"}))
@@ -296,8 +329,16 @@ def test_run_advice_only_from_what_was_measured():
     assert "60%" in note and "does not sink on CPU" in note
     (note,) = advice.run_notes(_m(sink={"requested": True, "effective": False}))
     assert "sink=on changed nothing" in note
-    (note,) = advice.run_notes(_m(compile_seconds=9.0, train_seconds=12.0, first_call_seconds=9.5))
-    assert "Compiling took 9.0 s" in note
+    # A compile longer than the training: pynative would pay only if its (slower) steps are fast enough. Issue 39:
+    # "compare with mode=pynative" was said where the sweep beside it measured pynative far slower.
+    short = {"compile_seconds": 9.0, "train_seconds": 12.0, "first_call_seconds": 9.5, "steps": 100}
+    short["step_time_median_ms"] = 25.0  # graph: 9.0 s compile + 2.5 s of steps = 11.5 s
+    (note,) = advice.run_notes(_m(**short))  # nothing measured: the note names the measurement that decides
+    assert "Compiling took 9.0 s" in note and "not measured" in note and "-m mode=graph,pynative" in note
+    assert advice.run_notes(_m(**short), in_sweep=True) == []  # the sweep's summary compares its jobs itself
+    (note,) = advice.run_notes(_m(**short), pynative_step_ms=80.0)  # 8.0 s in pynative: it pays
+    assert "stepped in 80.0 ms" in note and "~8.0 s against 11.5 s" in note and "mode=pynative is faster" in note
+    assert advice.run_notes(_m(**short), pynative_step_ms=400.0) == []  # 40 s in pynative: the compile paid
     assert advice.run_notes(_m(mode="pynative", compile_seconds=9.0, first_call_seconds=9.5)) == []
     flops = {"conv_paths": {"native": {"layers": 3, "forward_flops_per_sample": 300}}}
     # model.conv=best fell back for a reason that costs speed: the reason and the cost, once.

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, TINY, compose_cfg, metrics, run_in_process
 
 from runner.config.checks import validate
-from runner.training.optim import build_optimizer, build_schedule, schedule_rates
+from runner.training.optim import StepRates, build_optimizer, build_schedule, host_rates, schedule_rates
 
 
 def rates(*overrides, per_epoch=10, total=100):
@@ -50,6 +50,43 @@ def test_step_multistep_exponential_onecycle():
     one = rates("optim.schedule=onecycle", "optim.pct_start=0.25", "optim.div_factor=10", "optim.min_lr=0.001")
     assert one[0] == pytest.approx(0.01, rel=1e-5) and max(one) == pytest.approx(0.1) and one.index(max(one)) == 25
     assert one[-1] == pytest.approx(0.001, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["optim.schedule=constant"],
+        ["optim.schedule=cosine", "optim.min_lr=0.01", "optim.warmup_epochs=1.5"],
+        ["optim.schedule=step", "optim.step_epochs=2", "optim.gamma=0.3"],
+        ["optim.schedule=exponential", "optim.gamma=0.5", "optim.warmup_epochs=1"],
+        ["optim.schedule=multistep", "optim.milestones=[2,5]", "optim.gamma=0.5", "epochs=10"],
+        ["optim.schedule=onecycle", "optim.pct_start=0.25", "optim.div_factor=10", "optim.min_lr=0.001"],
+    ],
+)
+def test_the_recorded_learning_rate_is_the_schedules_own(overrides):
+    # What metrics.csv, metrics.json and curves.png record is computed on the host (no graph compiled):
+    # it must be what the schedule cell gives the optimizer at each update.
+    cfg = compose_cfg(*overrides)
+    validate(cfg)
+    schedule = build_schedule(cfg.optim, 10, 100)
+    assert host_rates(schedule, range(100)).tolist() == pytest.approx(schedule_rates(schedule, 100), rel=1e-5)
+
+
+def test_each_steps_rate_follows_the_optimizers_updates():
+    from mindspore import nn
+
+    cfg = compose_cfg("optim.schedule=step", "optim.step_epochs=1", "optim.gamma=0.5")
+    validate(cfg)
+    optimizer = build_optimizer(cfg.optim, nn.Dense(2, 2).trainable_params(), 2, 8)  # an update halves it
+    plain = StepRates(optimizer, 8, accumulate=1, skips_overflow=True)
+    assert [plain.at(s) for s in range(1, 7)] == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.025, 0.025])
+    # Two steps a window: the rate halves every 2 windows, 4 steps. A skipped update (overflow) delays it.
+    accum = StepRates(build_optimizer(cfg.optim, nn.Dense(2, 2).trainable_params(), 2, 8), 8, 2, True)
+    assert [accum.at(s) for s in range(1, 10)] == pytest.approx([0.1] * 4 + [0.05] * 4 + [0.025])
+    skip = StepRates(build_optimizer(cfg.optim, nn.Dense(2, 2).trainable_params(), 2, 8), 8, 1, True)
+    assert [skip.at(s, overflowed_before=s == 2) for s in range(1, 6)] == pytest.approx([0.1, 0.1, 0.1, 0.05, 0.05])
+    sink = StepRates(build_optimizer(cfg.optim, nn.Dense(2, 2).trainable_params(), 2, 8), 8, 1, True)
+    assert [sink.at(s) for s in (2, 4, 6)] == pytest.approx([0.1, 0.05, 0.025])  # a data-sink call of 2 steps
 
 
 def test_optimizers_take_their_settings():

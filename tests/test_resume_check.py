@@ -84,8 +84,10 @@ def test_extending_a_finished_run_continues_every_record(finished, tmp_path):
     assert m["loss_curve"][:88] == before["loss_curve"]
     assert _trace_steps(run_dir) == list(range(1, 133))
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
-    live = [int(r["step"]) for r in rows if not r["final_loss"]]
-    assert live == [20, 40, 60, 80, 88, 100, 120, 132] and rows[-1]["step"] == "132"
+    # Every 20 steps and each epoch's end (44, 88, 132: its validation joins it), each step once.
+    assert [int(r["step"]) for r in rows] == [20, 40, 44, 60, 80, 88, 100, 120, 132]
+    assert [r["step"] for r in rows if r["val_accuracy"]] == ["44", "88", "132"]
+    assert [float(r["lr"]) for r in rows] == pytest.approx([m["lr_curve"][int(r["step"]) - 1] for r in rows])
     log = (run_dir / "runner.log").read_text()
     assert "step 100/132" in log and "resume: applying epochs: 2 -> 3" in log
     assert json.loads((run_dir / "checkpoints" / "latest.json").read_text())["global_step"] == 132
@@ -220,5 +222,6 @@ def test_ctrl_c_mid_training_says_sigint_and_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, out[-3000:]
-    assert "SIGINT (signal 2): saved" in out and "interrupted by SIGINT" in out, out[-3000:]
+    said = r"interrupted by SIGINT \(signal 2\) at step \d+: saved \S+step_\d+\.ckpt; resume"
+    assert len(re.findall(said, out)) == 1 and out.count("SIGINT (signal 2)") == 1, out[-3000:]  # one line
     assert "SIGTERM" not in out and "signal 15" not in out and "Traceback" not in out

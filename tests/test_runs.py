@@ -1,5 +1,6 @@
 """runner-runs: the run directories as a collection (list, diff, replay), read from each run's own records."""
 
+import csv
 import json
 import shutil
 import sys
@@ -86,6 +87,9 @@ def test_the_table_the_json_sort_and_where(zoo, capsys):
     assert code == 0
     for word in ("finished", "interrupted", "failed", "half-written", "too old", "foreign", "optim.lr", "0.5"):
         assert word in out
+    # The column --sort=-val_accuracy orders by, shown (issue 39): the finished run's value on its row.
+    row = next(line for line in out.splitlines() if "/finished " in line or "/finished│" in line)
+    assert "val_accuracy" in out and f"{metrics(zoo / 'finished')['val_accuracy']:.4g}" in row, out
     code, out, _ = _runs(capsys, zoo, "--json", "--where", "status=finished", "--sort=-optim.lr")
     rows = json.loads(out)
     assert [r["path"].split("/")[-1] for r in rows] == ["other_lr", "finished"]
@@ -164,10 +168,43 @@ def test_replay_reproduces_a_resumed_and_extended_run(tmp_path):
     a, b = metrics(run), metrics(out)
     assert b["loss_curve"] == a["loss_curve"] and len(a["loss_curve"]) == 88  # bit-identical, both legs
     assert b["val_accuracy"] == a["val_accuracy"] and b["val_loss"] == a["val_loss"]
-    losses = [line.split(",")[1] for line in (run / "metrics.csv").read_text().splitlines()[1:]]
-    assert losses == [line.split(",")[1] for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+    losses = [r["train_loss"] for r in csv.DictReader(open(run / "metrics.csv"))]
+    assert losses and losses == [r["train_loss"] for r in csv.DictReader(open(out / "metrics.csv"))]
     # Re-running config.yaml alone (what a replay was before) gives the first leg only.
     assert json.loads((out / "history.json").read_text())[0]["changes"] == {"epochs": [1, 2]}
+
+
+def test_a_run_that_failed_is_listed_failed_with_its_reason_and_a_dry_run_refuses_it_first(tmp_path, capsys):
+    # Issue 39: a run stopped by a user error (exit 2) was listed `interrupted | killed or stopped before its
+    # first checkpoint`, and dry_run=true called the same command valid.
+    from conftest import dry_run, run_in_process
+
+    missing = ["+experiment=cifar10_resnet56", f"data.root={tmp_path / 'missing'}"]
+    checked = dry_run(tmp_path / "dry", *missing)
+    said = " ".join(checked.stderr.split())
+    assert checked.returncode == 2 and "data.root" in said and "does not exist" in said, said
+    assert "valid" not in checked.stdout and not (tmp_path / "dry").exists()  # refused before Hydra wrote
+
+    proc = run_in_process(tmp_path / "run", *missing, check=False)
+    assert proc.returncode == 2, proc.stderr
+    code, out, _ = _runs(capsys, tmp_path / "run", "--json")
+    (row,) = json.loads(out)
+    assert row["status"] == "failed" and "data.root" in row["detail"] and "does not exist" in row["detail"], row
+    # Run again with the data there: the failure is an earlier attempt's, not this run's.
+    status.clear_failure(str(tmp_path / "run"))  # what claiming the directory does (runner/rundir/claim.py)
+    assert status.read_run(str(tmp_path / "run")).status == "interrupted"  # config.yaml only: killed, no record
+
+
+def test_a_dry_run_checks_the_device_this_mindspore_can_use(tmp_path):
+    from conftest import dry_run
+    from mindspore._c_expression import MSContext
+
+    if MSContext.get_instance().is_pkg_support_device("GPU"):
+        pytest.skip("this MindSpore runs on a GPU here")
+    proc = dry_run(tmp_path / "dry", "device=gpu")
+    assert proc.returncode == 2 and "device=gpu is not usable" in proc.stderr, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "valid" not in proc.stdout
+    assert dry_run(tmp_path / "cpu", "device=cpu").returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY, metrics, module_in_process, outputs_of, run_cli, run_in_process
+from conftest import TINY, compose_cfg, metrics, module_in_process, outputs_of, run_cli, run_in_process
 
 
 @pytest.mark.slow
@@ -32,7 +32,7 @@ def test_validation_every_n_epochs_curve_best_and_logger(tmp_path):
     assert [t["file"] for t in state["top_k"]] == [f"step_{p['step']:08d}.ckpt" for p in ranked]
     assert m["compile_count"] == 1  # validating between epochs does not recompile the train graph
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
-    logged = [(int(r["step"]), float(r["val/accuracy"])) for r in rows if r.get("val/accuracy")]
+    logged = [(int(r["step"]), float(r["val_accuracy"])) for r in rows if r.get("val_accuracy")]
     assert logged[:2] == [(p["step"], p["accuracy"]) for p in m["val_curve"]]
     # Resumed from epoch 2 into a new directory: the curve continues, with the same numbers.
     resumed = tmp_path / "resumed"
@@ -122,8 +122,11 @@ def test_early_stop_on_train_loss_without_validation(tmp_path):
     "overrides, culprit",
     [
         (["checkpoint.monitor=val_accuracy", "eval=false"], "checkpoint.monitor=val_accuracy"),
-        (["checkpoint.monitor=val_loss"], "validation.every_epochs=0"),
-        (["early_stop.patience=2", "early_stop.monitor=val_loss"], "early_stop.monitor=val_loss"),
+        (["checkpoint.monitor=val_loss", "validation.every_epochs=0"], "validation.every_epochs=0"),
+        (
+            ["early_stop.patience=2", "early_stop.monitor=val_loss", "validation.every_epochs=0"],
+            "early_stop.monitor=val_loss",
+        ),
         (["validation.every_epochs=2", "eval=false"], "eval=false"),
         (["validation.every_epochs=50"], "beyond epochs"),
         (["early_stop.min_delta=0.1"], "early_stop.patience=0"),
@@ -155,6 +158,19 @@ def test_validation_epochs_follow_data_epochs_under_a_sink_size():
     assert validation_epochs(0, 5, 10, 10, 5) == [5]
     # sink_size 4: Model epochs end at steps 4, 8, ..., 52; data epochs 2 and 4 end at steps 20 and 40.
     assert validation_epochs(2, 5, 10, 4, 13) == [5, 10, 13]
+    # The default, every epoch, of a very long run: planned at once (it was quadratic: minutes before the run).
+    assert validation_epochs(1, 100_000, 44, 44, 100_000) == list(range(1, 100_001))
+
+
+def test_validation_is_every_epoch_by_default_and_picks_the_best_checkpoint(tiny_run):
+    # Issue 39: validation only after the last epoch, and the best checkpoint chosen by the training loss.
+    from runner.config.schema import validation_every
+
+    cfg = compose_cfg(*TINY)
+    assert cfg.validation.every_epochs is None and validation_every(cfg.validation, cfg.eval) == 1
+    assert validation_every(compose_cfg(*TINY, "eval=false").validation, False) == 0  # no error, no validation
+    m = metrics(tiny_run)
+    assert m["best_checkpoint"]["monitor"] == "val_accuracy" and m["val_curve"][-1]["step"] == 44
 
 
 def test_score_direction_and_nan():

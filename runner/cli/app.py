@@ -23,8 +23,9 @@ import hydra
 from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
 from runner.cli import argv as argv_checks
 from runner.cli import hydra_seam
+from runner.cli.starting import catch_signals_while_exiting, exit_interrupted, take_back
 from runner.errors import Interrupted, print_user_error, user_errors
-from runner.training.interrupts import route_sigint
+from runner.training.interrupts import note_signal, route_sigint
 
 # The signal (SIGINT or SIGTERM) that reached this process through the CLI's own handler; False: none.
 _interrupted: "int | bool" = False
@@ -38,6 +39,7 @@ def interrupted() -> bool:
 def _on_signal(signum, frame):
     global _interrupted
     _interrupted = signum
+    note_signal(signum)  # for the run's record of what stopped it (runner/rundir/status.py record_end)
     raise KeyboardInterrupt
 
 
@@ -48,12 +50,9 @@ _on_sigint = _on_signal
 def quiet_interrupt(signum: "int | None" = None) -> None:
     """Exit 128 + signum (130 for Ctrl-C, 143 for SIGTERM), naming the signal, without a traceback. Without
     signum: the signal the CLI's handler saw (SIGINT when none was recorded: Python's own Ctrl-C)."""
-    from runner.errors import signal_name
-
     if signum is None:
         signum = int(_interrupted) if _interrupted else int(signal.SIGINT)
-    print(f"Interrupted by {signal_name(signum)}.", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
+    exit_interrupted(signum)
 
 
 def interrupt_signal():
@@ -150,11 +149,12 @@ def _register_plugins() -> None:
     optuna_sweeper.route_plugin_config()
 
 
-def entry_point(task, *checks: Callable, config_name: str, before_run=None):
+def entry_point(task, *checks: Callable, config_name: str, before_run=None, shows_status: bool = False):
     """The console-script function for a task `main(cfg)` composed from conf/<config_name>.yaml: the
     command's own `checks(argv)`, the pre-flight checks (runner/cli/preflight.py) with the command's
     `before_run(job config, output dir, overrides, in_sweep)` (what must refuse before Hydra writes into the
-    output directory), then `hydra.main` on the task wrapped in `handled`.
+    output directory), then `hydra.main` on the task wrapped in `handled`. shows_status: a run on its own on a
+    terminal shows what it does from its first second on (runner/report/screen.py).
 
     Exit codes: 0 done, 1 some jobs of a sweep failed, 2 a user error (one paragraph), 128 + the signal that
     stopped it (130 Ctrl-C, 143 SIGTERM).
@@ -176,6 +176,12 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
         sys.argv[1:] = argv_checks.hydra_overrides(sys.argv[1:], app.config_name, app.config_path)
         argv = sys.argv[1:]
         prints = prints_only(argv)
+        take_back()  # the first words runner/__main__.py said: the status line takes their place
+        if shows_status and not prints and not ({"-m", "--multirun"} & set(argv)):
+            from runner.report import screen
+
+            screen.enable_status()
+            screen.status("composing the configuration")
         if prints:
             # `runner-evaluate -sc install=bash | head`: Hydra reports a BrokenPipeError as a traceback
             # of its own; a printing command dies of SIGPIPE quietly like any Unix tool. (Not for a
@@ -184,7 +190,9 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None):
         try:
             _ending_quietly(lambda: _check_then_run(app, checks, argv, prints, run_hydra))
         finally:
+            catch_signals_while_exiting()  # first: from here to the interpreter's end a signal is one line too
             startup.command_ended()
+            _end_status()
         sys.exit(_exit_status())
 
     cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__} (conf/{config_name}.yaml)."
@@ -209,6 +217,12 @@ def _keys_of(app: HydraApp) -> Callable[[], list]:
             return []
 
     return keys
+
+
+def _end_status() -> None:
+    screen = sys.modules.get("runner.report.screen")  # only where a status line may show
+    if screen is not None:
+        screen.end_status()
 
 
 def job_task(module: str, name: str) -> Callable:

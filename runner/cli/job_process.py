@@ -40,7 +40,8 @@ def main(job_file: str) -> None:
     exc = job_error(ret)
     if exc is not None:
         error = f"{type(exc).__name__}: {exc}"
-        traceback.print_exception(exc, file=sys.stderr)
+        if not isinstance(exc, KeyboardInterrupt):  # a signal in the job's set-up: the sweep names it, once
+            traceback.print_exception(exc, file=sys.stderr)
     else:
         value = ret.return_value
         try:

@@ -19,6 +19,7 @@ from runner.config.schema import (
     ModelConfig,
     OptimConfig,
     PaddingConfig,
+    validation_every,
 )
 from runner.config.tree import walk
 from runner.datasets.errors import DataConfigError, error_reason
@@ -266,15 +267,16 @@ def _idle_setting_problems(cfg):
 
 def _watch_problems(cfg):
     """validation, checkpoint.monitor, early_stop and init_from against each other."""
-    every, es, monitor = cfg.validation.every_epochs, cfg.early_stop, str(cfg.checkpoint.monitor)
-    if every < 0:
-        yield f"validation.every_epochs must be 0 (only at the end) or positive, got {every}"
-    elif every > 0 and not cfg.eval:
-        yield f"validation.every_epochs={every} validates, but eval=false turns validation off; drop one"
-    elif every > cfg.epochs:
-        yield f"validation.every_epochs={every} is beyond epochs={cfg.epochs}: it would validate only at the end (0)"
+    given, es, monitor = cfg.validation.every_epochs, cfg.early_stop, str(cfg.checkpoint.monitor)
+    every = validation_every(cfg.validation, cfg.eval)
+    if given is not None and given < 0:
+        yield f"validation.every_epochs must be 0 (only at the end) or positive, got {given}"
+    elif given is not None and given > 0 and not cfg.eval:
+        yield f"validation.every_epochs={given} validates, but eval=false turns validation off; drop one"
+    elif given is not None and given > cfg.epochs:
+        yield f"validation.every_epochs={given} is beyond epochs={cfg.epochs}: it would validate only at the end (0)"
     for key, name in (("checkpoint.monitor", monitor), ("early_stop.monitor", str(es.monitor))):
-        if name.startswith("val_") and (not cfg.eval or every == 0):
+        if name.startswith("val_") and every <= 0:
             why = "eval=false" if not cfg.eval else "validation.every_epochs=0 (only at the end)"
             yield (
                 f"{key}={name} needs validation during training, and {why} gives none: set "

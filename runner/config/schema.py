@@ -180,8 +180,8 @@ class CheckpointConfig:
     keep_last: int = 2  # the latest resumable checkpoints kept, besides the best (one that is both counts once)
     keep_best: bool = True  # also keep the best checkpoint by `monitor`
     top_k: int = 1  # with keep_best: keep the k best checkpoints by `monitor` (besides keep_last)
-    # What "best" means; auto: early_stop.monitor when set, else val_accuracy with
-    # validation.every_epochs, else train_loss.
+    # What "best" means; auto: early_stop.monitor when set, else val_accuracy while validation runs during
+    # training (the default with eval=true), else train_loss.
     monitor: Monitor = Monitor.auto
     on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
     # The final weights' file: model.ckpt or model.safetensors (resumable checkpoints/ stay .ckpt: they carry
@@ -191,9 +191,18 @@ class CheckpointConfig:
 
 @dataclass
 class ValidationConfig:
-    # Validate every N epochs while training (and always after the last); 0 = only at the end. Not
-    # `eval.every_epochs`: the top-level `eval` is a bool, and Hydra cannot give a bool children.
-    every_epochs: int = 0
+    # Validate every N epochs while training (and always after the last); 0 = only at the end; null (the
+    # default): every epoch while eval=true (Lightning's and timm's habit). Not `eval.every_epochs`: the
+    # top-level `eval` is a bool, and Hydra cannot give a bool children.
+    every_epochs: Optional[int] = None
+
+
+def validation_every(validation_cfg, evaluate: bool) -> int:
+    """validation.every_epochs as a run uses it: null is 1 with eval=true, and nothing validates without eval."""
+    every = validation_cfg.every_epochs
+    if not evaluate:
+        return 0
+    return 1 if every is None else int(every)
 
 
 @dataclass

@@ -1,12 +1,16 @@
 """Short notes grounded in what a run or a sweep measured; no note without a number behind it."""
 
+from typing import Optional
+
 HOST_FRACTION = 0.3  # host-side share of step time above which the data path is worth a look
 # model.conv=onednn against native on ResNet-18, BENCHMARKS.md (bench/vs_torch.py)
 ONEDNN_SPEEDUP = "1.6x (AVX2) to 2.2x (AVX-512)"
 
 
-def run_notes(m) -> list:
-    """Notes from one run's metrics (a RunMetrics)."""
+def run_notes(m, pynative_step_ms: Optional[float] = None, in_sweep: bool = False) -> list:
+    """Notes from one run's metrics (a RunMetrics). pynative_step_ms: this machine's measured steady step of
+    the same configuration in pynative mode (runner/report/speed.py), None where none was measured; in_sweep:
+    the run is a sweep's job, whose summary compares the jobs' modes itself (sweep_notes)."""
     notes = []
     padding = m.padding.get("kind")
     if m.compile_count > 1:
@@ -44,13 +48,38 @@ def run_notes(m) -> list:
                 f"blocked kernels instead ({ONEDNN_SPEEDUP} the training throughput of ResNet-18 on 2-core CPUs "
                 "in the runner's benchmarks)."
             )
-    after = m.train_seconds - (m.first_call_seconds or 0.0)
-    if m.mode in ("graph", "jit") and m.compile_seconds is not None and m.compile_seconds > after:
-        notes.append(
-            f"Compiling took {m.compile_seconds:.1f} s, more than the {after:.1f} s of training after it; "
-            "compare with mode=pynative for a run this short."
-        )
+    note = _compile_note(m, pynative_step_ms, in_sweep)
+    if note:
+        notes.append(note)
     return notes
+
+
+def _compile_note(m, pynative_step_ms: Optional[float], in_sweep: bool) -> Optional[str]:
+    """Whether pynative would have paid for a graph run whose compile outlasted its training, only as far as
+    measured: pynative runs each step op by op, slower than the compiled graph, so a compile longer than the
+    training proves nothing by itself. With pynative's step time measured on this
+    machine, the two totals; without, the measurement that decides (a sweep does it, and says so itself)."""
+    after = m.train_seconds - (m.first_call_seconds or 0.0)
+    if m.mode not in ("graph", "jit") or m.compile_seconds is None or m.compile_seconds <= after:
+        return None
+    graph_s = m.compile_seconds + (m.step_time_median_ms or 0.0) / 1000 * m.steps
+    spent = f"Compiling took {m.compile_seconds:.1f} s, more than the {after:.1f} s of training after it"
+    if pynative_step_ms is None:
+        if in_sweep:
+            return None
+        return (
+            f"{spent}. Whether mode=pynative (no compile, slower steps) pays for a run this short is not measured on "
+            "this machine: a sweep of this run's settings with -m mode=graph,pynative measures both, and its summary "
+            "says whether the compile paid."
+        )
+    pynative_s = pynative_step_ms / 1000 * m.steps
+    if pynative_s >= graph_s:
+        return None  # the compile paid for itself: nothing to advise
+    return (
+        f"{spent}; this configuration in pynative mode stepped in {pynative_step_ms:.1f} ms on this machine, so "
+        f"its {m.steps} steps would take ~{pynative_s:.1f} s against {graph_s:.1f} s (compile and steps) here: "
+        "mode=pynative is faster for a run this short."
+    )
 
 
 def sweep_notes(rows: list) -> list:

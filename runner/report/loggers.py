@@ -3,7 +3,9 @@
 `logger` is a list of options (`logger=[tensorboard,wandb]`); metrics.csv is always written, as the
 run's own record. `csv` needs nothing; `tensorboard`, `mlflow` and `wandb` come with
 `pip install -e .[loggers]`. Every logger gets the same calls: live values at each `log_every` step
-(when the monitor reads the loss anyway), then the run's final metrics and its artifacts.
+(when the monitor reads the loss anyway) and at each validation, under the names metrics.json uses
+(`train_loss`, `step_time_ms`, `lr`, `epoch`, `val_accuracy`, `val_loss`), then the run's final metrics
+and its artifacts.
 """
 
 import csv
@@ -78,14 +80,15 @@ def final_scalars(m) -> dict:
 
 
 class CsvLogger:
-    """metrics.csv in the run directory: one row per logged step, then one row of final values.
+    """metrics.csv in the run directory: one row per logged step (every `log_every` steps, and each validation),
+    the columns below, one name per metric: the names metrics.json and `runner-runs` use.
 
-    Each logged row is appended and flushed at once (a killed run keeps its rows); the file is
-    rewritten whole, with the final row's columns, when the run ends. A resumed run keeps the
-    logged rows up to the step it resumed from and continues after them.
+    Each row is appended and flushed at once (a killed run keeps its rows); a validation at a step that has a
+    row already joins that row, and the file is rewritten with it. A resumed run keeps the rows up to the step
+    it resumed from and continues after them. The run's final numbers are metrics.json's, not a row here.
     """
 
-    LIVE = ["step", "train/loss", "train/step_time_ms"]
+    COLUMNS = ["step", "epoch", "lr", "train_loss", "step_time_ms", "val_accuracy", "val_loss"]
 
     def __init__(self, run_dir: str, start_step: int = 0, prior_dir: str = None):
         self.path = os.path.join(run_dir, "metrics.csv")
@@ -106,37 +109,45 @@ class CsvLogger:
                 step = int(row.get("step") or -1)
             except ValueError:  # a line cut short by a kill
                 continue
-            if 0 <= step <= start_step and not row.get("final_loss"):  # not the final row of an earlier end
-                keep.append({k: _number(v) for k, v in row.items() if k and v not in (None, "")})
+            # Not the final row an earlier version appended (final_loss), nor a column this one does not write.
+            if 0 <= step <= start_step and not row.get("final_loss"):
+                keep.append({k: _number(v) for k, v in row.items() if k in CsvLogger.COLUMNS and v not in (None, "")})
         return keep
 
     def log_metrics(self, values: dict, step: int) -> None:
+        values = {k: v for k, v in values.items() if k in self.COLUMNS}
         if self.rows and self.rows[-1].get("step") == step:
-            # A validation at a step the monitor logged: one row per step. The live file shows only the
-            # training columns, which this does not change; the final rewrite carries the rest.
-            self.rows[-1].update(values)
+            self.rows[-1].update(values)  # a validation at a step the monitor logged: one row per step
+            self._rewrite()
             return
-        row = {"step": step, **values}
-        self.rows.append(row)
+        self.rows.append({"step": step, **values})
         if self._file is None:
-            self._file = open(self.path, "w", newline="")
-            self._live = csv.DictWriter(self._file, fieldnames=self.LIVE, extrasaction="ignore")
-            self._live.writeheader()
-            self._live.writerows(self.rows[:-1])
-        self._live.writerow(row)
+            self._rewrite()
+            self._file = open(self.path, "a", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self.COLUMNS)
+            return
+        self._writer.writerow(self.rows[-1])
         self._file.flush()  # every log_every steps: cheap, and SIGKILL leaves the rows so far
+
+    def _rewrite(self) -> None:
+        """The whole file anew, through a temporary renamed into place (the appended rows follow it)."""
+        if self._file is not None:
+            self._file.close()
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.COLUMNS)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(tmp, self.path)
+        if self._file is not None:
+            self._file = open(self.path, "a", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self.COLUMNS)
 
     def finish(self, metrics, artifacts: list) -> None:
         if self._file is not None:
             self._file.close()
-        self.rows.append({"step": metrics.steps, **final_scalars(metrics)})
-        fields = list(dict.fromkeys(k for row in self.rows for k in row))
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(self.rows)
-        os.replace(tmp, self.path)
+            self._file = None
+        self._rewrite()  # also a run that logged no row (a resume with nothing left to train) has its file
 
 
 def _number(v: str):
@@ -246,6 +257,9 @@ class WandbLogger:
         self.run.log(dict(values), step=step)
 
     def finish(self, metrics, artifacts: list) -> None:
+        # W&B holds the latest step's row until the step moves on, and then writes its values into the summary
+        # too: committed first, so the final values below (the weights the run ends with) stay the summary's.
+        self.run.log({}, commit=True)
         self.run.summary.update(final_scalars(metrics))
         for path in artifacts:
             if path and os.path.exists(path):

@@ -25,6 +25,7 @@ class Results:
     val_per_class_accuracy: Optional[List[Optional[float]]] = None  # per class index, 0..1; None where unseen
     final_loss: float = float("nan")  # training loss of the last step
     loss_curve: List[float] = field(default_factory=list)  # training loss of every step, across resumes
+    lr_curve: List[float] = field(default_factory=list)  # learning rate of every step (per step call), across resumes
     val_curve: List[dict] = field(default_factory=list)  # {epoch, step, accuracy, loss} per validation while training
     best_checkpoint: Optional[dict] = None  # monitor, value, epoch, step, file of the best checkpoint
     top_checkpoints: List[dict] = field(default_factory=list)  # the checkpoint.top_k kept best ones, best first

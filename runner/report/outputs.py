@@ -92,10 +92,11 @@ def write_config(run_dir: str, cfg, record: bool = True) -> str:
     return path
 
 
-def measure(m: RunMetrics, net, data, series: dict) -> None:
+def measure(m: RunMetrics, net, data, series: dict, pynative_step_ms: Optional[float] = None) -> None:
     """Fill in FLOPs (counted from the layers), peak device memory, the per-step curves and the advice.
 
-    series: the monitor's per-step step/loss/step_time_ms and the loss scale each step used (or None).
+    series: the monitor's per-step step/loss/step_time_ms/lr and the loss scale each step used (or None).
+    pynative_step_ms: this configuration's measured pynative step on this machine, for the advice.
     """
     threads = (m.setup.distributed or {}).get("threads_per_rank")
     m.resources.flops, m.resources.peak_device_memory_mb = flops.measure(
@@ -105,14 +106,16 @@ def measure(m: RunMetrics, net, data, series: dict) -> None:
     m.files.plot = os.path.join(m.files.run_dir, "curves.png")
     m.precision.loss_scale_curve = series["loss_scale"]
     m.timing.step_time_ms_curve = series["step_time_ms"]
-    m.files.advice = advice.run_notes(m)
+    m.results.lr_curve = series["lr"]
+    m.files.advice = advice.run_notes(m, pynative_step_ms, in_sweep=_in_sweep())
 
 
-def plot(m: RunMetrics, series: dict, title: str) -> None:
-    """curves.png: loss, validation (when it ran during training), loss scale (when there is one) and step time."""
+def plot(m: RunMetrics, series: dict, title: str, steps_per_epoch: int = 0) -> None:
+    """curves.png: training and validation loss, validation accuracy, learning rate, loss scale (when there is
+    one) and step time, against the step and the epoch."""
     from runner.report import plots  # matplotlib: ~0.5 s, only when a plot is drawn
 
-    plots.run_plot(series, m.plot, title, m.val_curve)
+    plots.run_plot(series, m.plot, title, m.val_curve, steps_per_epoch, compiles=m.mode != "pynative")
 
 
 def summary_line(m: RunMetrics) -> str:

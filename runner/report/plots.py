@@ -1,4 +1,7 @@
-"""PNG charts: a run's curves over its steps, a sweep's jobs compared (summary.png), a confusion matrix."""
+"""PNG charts: a run's curves over its steps and epochs, a sweep's jobs compared (summary.png), a confusion
+matrix."""
+
+import math
 
 import matplotlib
 
@@ -8,39 +11,82 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def run_plot(series: dict, path: str, title: str, val_curve=None) -> str:
-    """Loss, validation (when it ran during training), loss scale (when the train cell has one) and step
-    time against the step number."""
-    panels = [("loss", "loss", False), ("loss_scale", "loss scale", True), ("step_time_ms", "step time (ms)", True)]
-    panels = [p for p in panels if series.get(p[0]) is not None]
-    if val_curve and len(val_curve) > 1:  # one point (validation only at the end) is no curve
-        panels.insert(1, ("val", "val accuracy", False))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.2 * len(panels)), sharex=True, squeeze=False)
-    for ax, (key, label, log_y) in zip(axes[:, 0], panels):
-        if key == "val":
-            _val_panel(ax, val_curve)
-            continue
-        # A resume from a bare .ckpt knows the earlier losses of no step: the series align at their end.
-        n = min(len(series["step"]), len(series[key]))
-        ax.plot(series["step"][-n:], series[key][-n:], marker="." if n < 50 else None)
-        ax.set_ylabel(label)
-        if log_y and min(series[key]) > 0:
-            ax.set_yscale("log")
+def run_plot(
+    series: dict, path: str, title: str, val_curve=None, steps_per_epoch: int = 0, compiles: bool = True
+) -> str:
+    """The run's curves against the step (and the epoch, on the top axis): training and validation loss on one
+    axis, validation accuracy, the learning rate, the loss scale (when the train cell has one) and the step time.
+
+    compiles: the first step compiled the graph (graph and jit mode), which the axis label says."""
+    val_curve = list(val_curve or [])
+    shown = {
+        "loss": True,
+        "accuracy": bool(val_curve),
+        "lr": any(math.isfinite(v) for v in series.get("lr") or []),
+        "loss_scale": series.get("loss_scale") is not None,
+        "step_time_ms": series.get("step_time_ms") is not None,
+    }
+    labels = {
+        "loss": "loss",
+        "accuracy": "val accuracy",
+        "lr": "learning rate",
+        "loss_scale": "loss scale",
+        "step_time_ms": "step time (ms)",
+    }
+    panels = [key for key, show in shown.items() if show]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 1.2 + 1.9 * len(panels)), sharex=True, squeeze=False)
+    for ax, key in zip(axes[:, 0], panels):
+        if key == "loss":
+            _loss_panel(ax, series, val_curve)
+        elif key == "accuracy":
+            ax.plot([p["step"] for p in val_curve], [p["accuracy"] for p in val_curve], marker="o", color="tab:green")
+        else:
+            steps, values = _aligned(series, key)
+            ax.plot(steps, values, marker="." if len(values) < 50 else None)
+            if key != "lr" and _positive(values):
+                ax.set_yscale("log")
+        ax.set_ylabel(labels[key])
         ax.grid(alpha=0.3)
-    axes[0, 0].set_title(title, fontsize=9)
-    axes[-1, 0].set_xlabel("step (the first includes graph compilation)")
+    top = axes[0, 0]
+    if steps_per_epoch > 0:  # the epoch, read off the same x: a second scale, not a second curve
+
+        def epoch(step):
+            return step / steps_per_epoch
+
+        def step(epoch):
+            return epoch * steps_per_epoch
+
+        top.secondary_xaxis("top", functions=(epoch, step)).set_xlabel("epoch", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    axes[-1, 0].set_xlabel("step (the first includes graph compilation)" if compiles else "step")
     return _save(fig, path)
 
 
-def _val_panel(ax, curve):
-    """Validation accuracy (left axis) and loss (right axis) at the steps where validation ran."""
-    steps = [p["step"] for p in curve]
-    ax.plot(steps, [p["accuracy"] for p in curve], marker="o", color="tab:green", label="val accuracy")
-    ax.set_ylabel("val accuracy", color="tab:green")
-    ax.grid(alpha=0.3)
-    right = ax.twinx()
-    right.plot(steps, [p["loss"] for p in curve], marker="s", color="tab:orange", label="val loss")
-    right.set_ylabel("val loss", color="tab:orange")
+def _aligned(series: dict, key: str):
+    """(steps, values) of a per-step-call series; a resume from a bare .ckpt knows the earlier values of no
+    step, so the series align at their end."""
+    n = min(len(series["step"]), len(series[key]))
+    return series["step"][-n:], series[key][-n:]
+
+
+def _positive(values) -> bool:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return bool(finite) and min(finite) > 0
+
+
+def _loss_panel(ax, series: dict, val_curve: list) -> None:
+    """Training loss per step and validation loss per validation, on one axis; logarithmic once the losses
+    span two decades (a converging run's late steps are invisible on a linear axis)."""
+    steps, losses = _aligned(series, "loss")
+    ax.plot(steps, losses, marker="." if len(losses) < 50 else None, lw=0.8, color="tab:blue", label="train loss")
+    values = [v for v in losses if math.isfinite(v)]
+    if val_curve:
+        val = [p["loss"] for p in val_curve]
+        ax.plot([p["step"] for p in val_curve], val, marker="o", color="tab:orange", label="val loss")
+        values += [v for v in val if math.isfinite(v)]
+    if _positive(values) and max(values) / min(values) >= 100:
+        ax.set_yscale("log")
+    ax.legend(fontsize=8, loc="upper right")
 
 
 def sweep_chart(rows: list, groups: list, speed: bool, path: str, title: str) -> str:

@@ -12,6 +12,7 @@ from runner.rundir import lock, resume_check
 from runner.rundir.layout import RunDir, of_checkpoints
 from runner.rundir.lock import LOCK_FILE, in_msrun
 from runner.rundir.resume_check import resume_source
+from runner.rundir.status import clear_failure
 
 log = logging.getLogger("runner")
 
@@ -36,6 +37,8 @@ def claim_run_dir(cfg, run_dir: str, overrides) -> Start:
     lock.acquire(run_dir)
     run_dir = os.path.abspath(run_dir)
     source, changes, done = _decide(cfg, run_dir, overrides)
+    if not (done and "epochs" not in changes):
+        clear_failure(run_dir)  # an earlier attempt's error or interruption: this one starts or continues the run
     if source is None:
         for stale in (RunDir(run_dir).resume_record, RunDir(run_dir).history):  # a fresh start records no resume
             if os.path.exists(stale):

@@ -6,7 +6,7 @@ step or epoch). Who writes what:
 
 - the step clock: `step`, `epoch`;
 - the timing callback (report/monitor.py): the per-step-call records (`call_ends`, `call_seconds`,
-  `outputs`, `epoch_first_call`), from which `losses()`, `epoch_loss()` and `series()` are read;
+  `outputs`, `call_lr`, `epoch_first_call`), from which `losses()`, `epoch_loss()` and `series()` are read;
 - gradient statistics (amp/diagnose.py): `bad_input`; the loss-scale trace (amp/guard.py): `step_outputs`;
 - the NaN guard (amp/guard.py): `guard_trip`;
 - validation (training/validation.py): `validation`, `validation_metrics`;
@@ -50,6 +50,7 @@ class RunState:
     call_ends: List[int] = field(default_factory=list)  # cur_step_num at each step end
     call_seconds: List[float] = field(default_factory=list)  # wall time between consecutive step ends
     outputs: List[Any] = field(default_factory=list)  # the step outputs, kept as tensors (read after training)
+    call_lr: List[float] = field(default_factory=list)  # the learning rate at each step end (training/optim.py)
     epoch_first_call: int = 0  # index into outputs where the current epoch began
 
     def __post_init__(self) -> None:
@@ -99,16 +100,22 @@ class RunState:
         return float(np.mean(losses)) if len(losses) else None
 
     def series(self) -> dict:
-        """Per step call of the whole run (a resumed run's earlier calls first): global step, loss, ms/step."""
+        """Per step call of the whole run (a resumed run's earlier calls first): global step, loss, ms/step and
+        learning rate (NaN where a record is missing: a resume from a bare .ckpt, or a version that kept none)."""
         counts = np.diff([0] + self.call_ends)
         prior_loss = list(self.start.get("losses", []))
         n = len(prior_loss)
         prior_steps = self.start.get("record_steps", [])
         prior_ms = self.start.get("step_time_ms", [])
+        prior_lr = self.start.get("lr", [])
         return {
             "step": (list(prior_steps) if len(prior_steps) == n else list(range(1, n + 1)))
             + [self.start_step + s for s in self.call_ends],
             "loss": prior_loss + self.losses().tolist(),
             "step_time_ms": (list(prior_ms) if len(prior_ms) == n else [float("nan")] * n)
             + (np.array(self.call_seconds) / counts * 1000).tolist(),
+            "lr": (list(prior_lr) if len(prior_lr) == n else [float("nan")] * n)
+            + (
+                list(self.call_lr) if len(self.call_lr) == len(self.call_ends) else [float("nan")] * len(self.call_ends)
+            ),
         }

@@ -5,10 +5,10 @@ The status of a directory, from what the run itself wrote as it went:
 - running: a live process holds the directory's lock (runner/rundir/lock.py; the kernel drops it when the
   process dies in any way, so a held lock is a live run);
 - finished: `.runner.complete` (written last, after metrics.json and model.ckpt);
-- failed: `failed.json` (a sweep job's error), or a `metrics.json` without the completion marker (a
-  run stopped by its NaN guard writes its numbers, then fails);
-- interrupted: the run started (config.yaml) and ended without any of those: a signal (its checkpoint
-  was saved, `failed.json` says "Interrupted" in a sweep) or a kill (SIGKILL, OOM, a lost node);
+- failed: `failed.json` (the error that ended the run, written by `ending_recorded`), or a `metrics.json`
+  without the completion marker (a run stopped by its NaN guard writes its numbers, then fails);
+- interrupted: `failed.json` saying "Interrupted" (a signal stopped the run; its checkpoint was saved), or
+  the run started (config.yaml) and ended without any record: a kill (SIGKILL, OOM, a lost node);
   `resumable` says whether it left a checkpoint to continue from;
 - half-written: Hydra's record (.hydra/) or the lock file, and no config.yaml: the run stopped before it
   wrote its configuration, or a file it needs is unreadable;
@@ -20,12 +20,13 @@ The status of a directory, from what the run itself wrote as it went:
 is not (its evaluate-*/ outputs are not runs).
 """
 
+import contextlib
 import fcntl
 import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, Iterator, List, Optional
 
 from runner.rundir import layout
 from runner.rundir.lock import LOCK_FILE
@@ -33,6 +34,7 @@ from runner.rundir.lock import LOCK_FILE
 FINISHED, FAILED, INTERRUPTED, RUNNING = "finished", "failed", "interrupted", "running"
 HALF_WRITTEN, TOO_OLD, FOREIGN = "half-written", "too old", "foreign"
 STATUSES = (FINISHED, FAILED, INTERRUPTED, RUNNING, HALF_WRITTEN, TOO_OLD, FOREIGN)
+INTERRUPTED_RECORD = "Interrupted"  # failed.json's error_type for a run a signal stopped
 HYDRA_RECORD = ".hydra"
 SWEEP_RECORD = "multirun.yaml"
 DEPTH = 6  # outputs/multirun/<date>/<time>/<job>: deeper than any layout the runner writes
@@ -171,7 +173,7 @@ def read_run(run_dir: str) -> RunInfo:
         info.detail = f"{complete.get('steps', '?')} steps"
     elif failure is not None:
         kind, message = failure
-        info.status = INTERRUPTED if kind == "Interrupted" else FAILED
+        info.status = INTERRUPTED if kind == INTERRUPTED_RECORD else FAILED
         info.detail = message
     elif info.metrics:
         info.status = FAILED
@@ -180,16 +182,66 @@ def read_run(run_dir: str) -> RunInfo:
         info.detail = _one_line(why or "metrics.json without the completion marker: the run failed after training")
     else:
         info.status = INTERRUPTED
-        info.detail = "killed or stopped" + (
-            f" at step {info.steps}; resume=true continues it" if info.resumable else " before its first checkpoint"
+        # A signal or an error leaves failed.json: without one the process was killed (SIGKILL, out of memory).
+        info.detail = "killed without a record of why (SIGKILL, out of memory, a lost node)" + (
+            f"; its checkpoint at step {info.steps} is saved: resume=true continues it"
+            if info.resumable
+            else ", before its first checkpoint"
         )
     return info
 
 
+@contextlib.contextmanager
+def ending_recorded(run_dir: str, signal_of: Callable[[BaseException], Optional[int]]) -> Iterator[None]:
+    """Around a run in the directory it has claimed: when it ends by an error or a signal, failed.json says
+    which (read back by read_run: failed with the error's first line, or interrupted with the signal and the
+    checkpoint that continues it), and the exception goes on. signal_of(exception): the signal it stands
+    for, None for an error (runner/training/interrupts.py signal_of)."""
+    from runner.errors import signal_name
+
+    try:
+        yield
+    except BaseException as e:
+        signum = signal_of(e)
+        if signum is not None:
+            _write_failure(run_dir, INTERRUPTED_RECORD, _interruption(run_dir, signal_name(signum)))
+        elif isinstance(e, Exception):
+            _write_failure(run_dir, type(e).__name__, " ".join(str(e).split()) or repr(e))
+        raise
+
+
+def _interruption(run_dir: str, signal: str) -> str:
+    """What a signal left: the checkpoint a resume continues from, or nothing to continue."""
+    try:
+        step = layout.read_state(layout.RunDir(run_dir).checkpoints).get("global_step")
+    except (layout.StateProblem, OSError, ValueError):
+        step = None
+    if step is not None:
+        return f"by {signal}; its checkpoint at step {step} is saved: resume=true continues it"
+    return f"by {signal} before its first checkpoint: nothing to resume, run it again"
+
+
+def _write_failure(run_dir: str, kind: str, message: str) -> None:
+    from runner.rundir.atomic import write_json
+
+    try:
+        write_json(layout.RunDir(run_dir).failed, {"error": message, "error_type": kind})
+    except OSError:
+        pass  # a full disk: the error itself is what the user reads; the status falls back to the records
+
+
+def clear_failure(run_dir: str) -> None:
+    """Forget an earlier attempt's failed.json: a run starting (or resuming) in run_dir has no failure yet."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(layout.RunDir(run_dir).failed)
+
+
 def _without_config(rd: layout.RunDir, failure) -> tuple:
     """(status, detail) of a directory with a run's records and no config.yaml."""
-    if failure is not None:
-        return (HALF_WRITTEN if failure[0] == "Interrupted" else FAILED), (f"failed before it started: {failure[1]}")
+    if failure is not None:  # the run's end was recorded before its configuration (ending_recorded)
+        if failure[0] == INTERRUPTED_RECORD:
+            return INTERRUPTED, failure[1]
+        return FAILED, f"failed before it started: {failure[1]}"
     left = [n for n in (layout.METRICS, layout.MODEL, layout.COMPLETE) if _there(os.path.join(rd.path, n))]
     if left or rd.has_checkpoint():
         return HALF_WRITTEN, (

@@ -77,6 +77,7 @@ class Checkpointer(Callback):
         self.writer = writer  # data parallel: rank 0 writes, the other ranks only stop with it
         self.last_saved = self.start_step if start.get("path") else None
         self.final_phase = False
+        self.saved_on_signal: tuple = (None, None)  # (path, step) of the checkpoint a signal made
         self._old_handlers: dict = {}
 
     @property
@@ -141,8 +142,8 @@ class Checkpointer(Callback):
         if signum is not None:
             cb = run_context.original_args()
             if not self.state.guard_tripped:  # the guard stopped training: nothing after it is checkpointed
-                path = self.save(cb, value=None)
-                log.warning("%s: saved %s at step %d; stopping", signal_name(signum), path, self.global_step(cb))
+                # Said once, with the resume hint, when training has stopped (exit_if_interrupted).
+                self.saved_on_signal = (self.save(cb, value=None), self.global_step(cb))
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context):
@@ -209,6 +210,7 @@ class Checkpointer(Callback):
         series = self.state.series()
         state["step_time_ms"] = [round(t, 3) for t in series["step_time_ms"]]
         state["record_steps"] = series["step"]
+        state["lr"] = series["lr"]
         # The state names the new file before old ones go: a crash in between leaves extra files, never
         # a latest.json that points at nothing.
         write_json(os.path.join(self.dir, STATE), state)
@@ -233,9 +235,12 @@ class Checkpointer(Callback):
         signum = self.state.signal
         if signum is not None:
             self.release()
+            path, step = self.saved_on_signal
+            saved = f" at step {step}: saved {path};" if path else ";"
             log.warning(
-                "interrupted by %s; resume with resume=true and hydra.run.dir=%s",
+                "interrupted by %s%s resume with resume=true and hydra.run.dir=%s",
                 signal_name(signum),
+                saved,
                 os.path.dirname(os.path.abspath(self.dir)),
             )
             raise Interrupted(signum, os.path.dirname(os.path.abspath(self.dir)))

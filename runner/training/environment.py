@@ -124,16 +124,44 @@ def setup(device, mode, seed: int, training: bool = True) -> str:
     try:
         ms.set_context(**kwargs)
     except (RuntimeError, ValueError) as e:
-        reason = str(e).strip().splitlines()[0]
-        raise ConfigError(
-            f"device={device.target} is not usable with this MindSpore installation ({reason}). "
-            "Use device=auto or device=cpu, or install MindSpore's build for that device."
-        ) from None
+        raise _unusable(device, str(e)) from None
     ms.set_seed(seed)
     target = ms.get_context("device_target")
-    if training and mode.name != "pynative" and str(mode.jit_level) == "O2" and target != "Ascend":
+    if training:
+        _check_jit_level(mode, target)
+    return target
+
+
+def _unusable(device, reason: str) -> ConfigError:
+    return ConfigError(
+        f"device={device.target} is not usable with this MindSpore installation ({reason.strip().splitlines()[0]}). "
+        "Use device=auto or device=cpu, or install MindSpore's build for that device."
+    )
+
+
+def _check_jit_level(mode, target: str) -> None:
+    if mode.name != "pynative" and str(mode.jit_level) == "O2" and target != "Ascend":
         raise ConfigError(
             f"mode.jit_level=O2 sinks the whole graph to an Ascend device, and this run's device is {target}: "
             "use mode.jit_level=O0 (kernel by kernel), O1 (with fusion) or auto."
         )
-    return target
+
+
+def check_device(device, mode) -> None:
+    """What setup() refuses, checked without setting MindSpore's context (dry_run=true): a device this
+    MindSpore build has no working plugin for, mode.jit_level=O2 off Ascend. MindSpore is imported only
+    when the answer needs it (the CPU is in every build)."""
+    if device.target in ("auto", "cpu") and str(mode.jit_level) != "O2":
+        return
+    import mindspore as ms
+    from mindspore._c_expression import MSContext
+
+    context = MSContext.get_instance()
+    if device.target in ("gpu", "ascend"):
+        target = "GPU" if device.target == "gpu" else "Ascend"
+        if not context.is_pkg_support_device(target):
+            usable = [t for t in ("CPU", "GPU", "Ascend") if context.is_pkg_support_device(t)]
+            raise _unusable(device, f"it loaded no {target} plugin; it runs on {', '.join(usable)}")
+    else:
+        target = "CPU" if device.target == "cpu" else ms.get_context("device_target")
+    _check_jit_level(mode, target)

@@ -16,12 +16,41 @@ import threading
 
 from runner.errors import signal_name
 
-__all__ = ["FinalPhaseInterrupted", "route_sigint", "sigint_delivered", "signal_name"]
+__all__ = [
+    "FinalPhaseInterrupted",
+    "note_signal",
+    "received",
+    "route_sigint",
+    "sigint_delivered",
+    "signal_name",
+    "signal_of",
+]
 
 # A no-op handler on a signal nobody else uses: sent to the main thread, it ends a blocking system call
 # (a wait on the compiler or on a sweep's job) so that the SIGINT handed over is acted on at once.
 _WAKE = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else None
 _router: "threading.Thread | None" = None
+_received: "int | None" = None  # the last SIGINT/SIGTERM a handler of the command line took (note_signal)
+
+
+def note_signal(signum: int) -> None:
+    """Remember the signal the command line's handler raised KeyboardInterrupt for (runner/cli/app.py)."""
+    global _received
+    _received = signum
+
+
+def received() -> int:
+    """The signal behind a KeyboardInterrupt: the one noted, else SIGINT (Python's own Ctrl-C)."""
+    return _received if _received is not None else int(signal.SIGINT)
+
+
+def signal_of(error: BaseException) -> "int | None":
+    """The signal an exception that ended a run stands for (Interrupted, KeyboardInterrupt), None for an error."""
+    from runner.errors import Interrupted
+
+    if isinstance(error, Interrupted):
+        return error.signum
+    return received() if isinstance(error, KeyboardInterrupt) else None
 
 
 class FinalPhaseInterrupted(BaseException):

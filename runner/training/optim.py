@@ -111,6 +111,67 @@ def build_schedule(cfg, updates_per_epoch: float, total_updates: int) -> WarmupS
     return WarmupSchedule(cfg.lr, schedule_factor(cfg, updates_per_epoch, total_updates - warmup), warmup)
 
 
+def host_rates(schedule: LearningRateSchedule, updates) -> np.ndarray:
+    """The rate `schedule` gives after each number of optimizer updates in `updates`, computed with numpy:
+    the run's record of its learning rate (metrics.csv, metrics.json, curves.png) compiles no graph for it.
+    Each branch is its cell's construct() above (or MindSpore's, for CosineDecayLR and ExponentialDecayLR);
+    tests/test_optim.py checks them against the cells for every schedule."""
+    u = np.asarray(updates, np.float64)
+    if isinstance(schedule, WarmupSchedule):
+        peak = float(schedule.learning_rate.asnumpy().reshape(-1)[0])
+        if schedule.warmup <= 0:
+            return peak * host_rates(schedule.factor, u)
+        after = host_rates(schedule.factor, np.maximum(u - schedule.warmup, 0))
+        return peak * np.where(u < schedule.warmup, (u + 1.0) / schedule.warmup, after)
+    if isinstance(schedule, Constant):
+        return np.ones_like(u)
+    if isinstance(schedule, nn.CosineDecayLR):
+        p = np.minimum(u, schedule.decay_steps) / schedule.decay_steps
+        return schedule.min_lr + schedule.delta * (1.0 + np.cos(np.pi * p))
+    if isinstance(schedule, nn.ExponentialDecayLR):
+        p = u / schedule.decay_steps
+        return schedule.learning_rate * schedule.decay_rate ** (np.floor(p) if schedule.is_stair else p)
+    if isinstance(schedule, MultiStep):
+        milestones = schedule.milestones.asnumpy().reshape(1, -1)
+        return schedule.gamma ** np.sum(milestones <= u.reshape(-1, 1), axis=1).reshape(u.shape)
+    if isinstance(schedule, OneCycle):
+        rise = np.minimum(u / schedule.up, 1.0)
+        fall = np.clip((u - schedule.up) / schedule.down, 0.0, 1.0)
+        up = schedule.start + (1.0 - schedule.start) * 0.5 * (1.0 - np.cos(np.pi * rise))
+        down = schedule.end + (1.0 - schedule.end) * 0.5 * (1.0 + np.cos(np.pi * fall))
+        return np.where(u < schedule.up, up, down)
+    raise TypeError(f"no host formula for the schedule {type(schedule).__name__}")
+
+
+class StepRates:
+    """The learning rate of each training step, read on the host without a device sync: the rate of the
+    optimizer update the step makes (or, inside an optim.accumulate_steps window, the one it contributes to).
+
+    The optimizer counts its updates in global_step, and the schedule is a function of that count: one per
+    step, one per accumulation window, none for a step whose update a loss-scale overflow skipped. `at` is
+    asked for every step in order; it learns whether the step before updated from the run state's step
+    outputs, which the loss-scale trace writes after the step (runner/training/callbacks.py ORDER)."""
+
+    def __init__(self, optimizer, total_steps: int, accumulate: int, skips_overflow: bool):
+        self.schedule = optimizer.learning_rate
+        self.accumulate = max(1, int(accumulate))
+        self.updates = int(optimizer.global_step.asnumpy().reshape(-1)[0])  # after a resume's restore
+        self.rates = host_rates(self.schedule, np.arange(self.updates + total_steps // self.accumulate + 2))
+        self.skips_overflow = skips_overflow
+        self._last: int | None = None  # the step asked for before
+
+    def at(self, step: int, overflowed_before: bool = False) -> float:
+        """The rate of global step `step` (1-based); overflowed_before: the step asked for before overflowed."""
+        last, n = self._last, self.accumulate
+        if last is not None:
+            # The step asked for before updated unless its update was skipped; windows that ended between it
+            # and this step (a data-sink call runs several steps) updated too.
+            updated_last = last % n == 0 and not (overflowed_before and self.skips_overflow)
+            self.updates += int(updated_last) + (step - 1) // n - last // n
+        self._last = step
+        return float(self.rates[min(self.updates, len(self.rates) - 1)])
+
+
 def schedule_rates(schedule: LearningRateSchedule, steps: int) -> list:
     """The rate at steps 0..steps-1, for tests and plots (evaluated by the cell itself)."""
     return [float(schedule(Tensor([s], mstype.int32)).asnumpy().reshape(-1)[0]) for s in range(steps)]

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from runner.errors import ConfigError, Interrupted, UserError, as_out_of_memory
 from runner.models.onednn import THREADS_VAR
-from runner.report import outputs
+from runner.report import outputs, screen
 from runner.report.loggers import build_logger, chosen
 from runner.report.metrics import Compiles, Files, Precision, Resources, Results, RunMetrics, Setup, Timing
 from runner.report.outputs import watch_warnings, write_config
@@ -29,9 +29,10 @@ from runner.rundir.claim import Start, claim_run_dir, run_dir_of
 from runner.rundir.layout import RunDir
 from runner.rundir.run_state import RunState
 from runner.rundir.saved_run import write_classes
+from runner.rundir.status import ending_recorded
 from runner.training import compile_cache, distributed
 from runner.training.environment import cap_cpu_isa, choose_conv, setup
-from runner.training.interrupts import FinalPhaseInterrupted, signal_name
+from runner.training.interrupts import FinalPhaseInterrupted, signal_name, signal_of
 
 if TYPE_CHECKING:
     from mindspore import nn
@@ -126,10 +127,18 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
     run had nothing left to do (it was complete already).
     """
     watch_warnings()  # repeated under the summary line: on a terminal they scroll past
-    if not distributed.in_msrun() and claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN:
+    if distributed.in_msrun():  # a rank: the process that launched msrun claimed the directory and records its end
+        return _train(cfg, run_dir)
+    if claim_run_dir(cfg, run_dir, overrides) is Start.NOTHING_TO_TRAIN:
         return None
-    if distributed.should_launch(cfg.distributed):
-        return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
+    with ending_recorded(run_dir, signal_of):  # failed.json: the error or the signal that ended it, for runner-runs
+        if distributed.should_launch(cfg.distributed):
+            return distributed.launch(cfg, run_dir)  # msrun re-enters run() once per rank
+        return _train(cfg, run_dir)
+
+
+def _train(cfg, run_dir: str) -> Optional[RunMetrics]:
+    """One process's training: its environment, the recipe's set-up, training and report."""
     recipe = Recipe(cfg, environment(cfg, run_dir))
     recipe.setup()
     try:
@@ -142,9 +151,13 @@ def run(cfg, run_dir: str, overrides=()) -> Optional[RunMetrics]:
 
 def environment(cfg, run_dir: str) -> Env:
     """Cap the CPU ISA before MindSpore loads, set its context and seeds, join the ranks."""
+    if not distributed.in_msrun():  # first: a run stopped in its first seconds is listed as the run it is
+        write_config(run_dir, cfg)
+    screen.status("choosing the convolutions (model.conv)")
     conv = choose_conv(cfg)  # model.conv=best decides before the cap, which depends on the path
     isa = cap_cpu_isa(cfg.device, conv["path"])  # before MindSpore loads: oneDNN reads it once
     compile_cache.quiet_messages(cfg)  # before MindSpore loads too
+    screen.status("loading MindSpore")
     target = setup(cfg.device, cfg.mode, cfg.seed)
     rank, world = distributed.init(cfg.distributed)
     batch = distributed.local_batch(cfg.batch_size, world)
@@ -157,7 +170,7 @@ def environment(cfg, run_dir: str) -> Env:
     if rank == 0 and distributed.in_msrun():
         if not lock.held_by_parent(run_dir):  # msrun started without the runner's launcher
             lock.acquire(run_dir)
-    if rank == 0:  # at the start, so a killed run can be resumed from its own config
+    if rank == 0 and distributed.in_msrun():  # at the start, so a killed run can be resumed from its own config
         write_config(run_dir, cfg)
     return Env(run_dir, target, str(cfg.mode.name), isa, rank, world, batch, conv, str(cfg.mode.jit_level), threads)
 
@@ -233,6 +246,7 @@ class Recipe:
         from runner.training.finetune import prepare
 
         shard = (self.env.world, self.env.rank) if self.env.world > 1 else None
+        screen.status(f"reading the data (data={self.cfg.data.name})")
         self.data = data = build_data(
             self.cfg.data,
             self.cfg.padding,
@@ -241,6 +255,14 @@ class Recipe:
             shard=shard,
             augment=self.cfg.augment,
             label_depth=self.cfg.model.num_classes,
+        )
+        log.info(
+            "data: %s, %d training and %d validation samples, %d steps an epoch of batch %d",
+            self.cfg.data.name,
+            data.train_size,
+            data.val_size,
+            data.steps_per_epoch,
+            self.env.batch,
         )
         if self.env.rank == 0:  # what each output of the network stands for; evaluate, predict and init_from read it
             write_classes(self.env.run_dir, data)
@@ -256,7 +278,10 @@ class Recipe:
             if self.env.conv["asked"] == "best" and self.env.conv["path"] == "onednn"
             else self.env.conv["path"],
         )
+        screen.status(f"building the network (model={self.cfg.model.name})")
         self.net = net = self.make_net()
+        sizes = [int(np.prod(p.shape)) for p in net.get_parameters()]
+        log.info("model: %s, %s parameters, %d classes", self.cfg.model.name, f"{sum(sizes):,}", data.num_classes)
         if self.cfg.model.num_classes is not None and self.cfg.model.num_classes > data.num_classes:
             log.warning(
                 "model.num_classes=%d but the data has %d classes: the model's %d extra outputs never match a "
@@ -276,6 +301,7 @@ class Recipe:
         from runner.training.optim import build_optimizer
 
         cfg, env, data, net = self.cfg, self.env, self.data, self.net
+        screen.status("building the optimizer and the train step")
         # MindSpore 2.10's Model.train silently trains without sink on CPU (docs/mindspore-notes.md#cpu-sink),
         # reading epochs as whole passes; say so instead of pretending, and plan the steps it really runs.
         if cfg.sink.enabled and env.target == "CPU":
@@ -318,6 +344,8 @@ class Recipe:
 
         cfg, env, data, plan, trainer = self.cfg, self.env, self.data, self.plan, self.trainer
         self.start = start = find_resume(cfg.resume, env.run_dir)
+        if start:
+            screen.status(f"restoring {start['path']}")
         steps_per_call = plan.total_steps // plan.train_epochs
         self.initial_epoch = (
             restore(trainer.step_cell, start, data.train, steps_per_call, plan.total_steps) if start else 0
@@ -335,6 +363,7 @@ class Recipe:
         from runner.report.monitor import RunMonitor
         from runner.report.shapes import InputShapes
         from runner.training.checkpoints import Checkpointer
+        from runner.training.optim import StepRates
         from runner.training.validation import build_validation_and_stop
 
         cfg, env, data, plan, trainer, state = self.cfg, self.env, self.data, self.plan, self.trainer, self.state
@@ -348,7 +377,20 @@ class Recipe:
         self.logger = logger = build_logger(
             loggers, params, cfg.experiment_name, env.run_dir, state.start_step, prior_dir
         )
-        self.monitor = RunMonitor(cfg.log_every, plan.total_steps, cfg.batch_size, state, logger)
+        rates = StepRates(
+            trainer.step_cell.optimizer, plan.total_steps, cfg.optim.accumulate_steps, trainer.used.drops_overflow
+        )
+        self.monitor = RunMonitor(
+            cfg.log_every,
+            plan.total_steps,
+            cfg.batch_size,
+            state,
+            logger,
+            rates=rates,
+            steps_per_epoch=data.steps_per_epoch,
+            epochs=cfg.epochs,
+            compiles=env.mode != "pynative",
+        )
         ckpt_dir = RunDir(env.run_dir).checkpoints
         self.validation_and_stop = chosen = build_validation_and_stop(
             cfg.validation,
@@ -399,7 +441,10 @@ class Recipe:
             self.plan.total_steps,
             self.env.target,
         )
+        compiling = "compiling the train step and running it (graph mode: the first step waits for it)"
+        screen.status(compiling if self.env.mode != "pynative" else "running the first step (pynative)")
         self._fit()
+        screen.status("evaluating and writing the report (metrics.json, curves.png)")
         self.checkpointer.exit_if_interrupted()
         self.checkpointer.arm(final_phase=True)  # already armed by Model.train's callbacks, unless it did not run
         return self._after_training()
@@ -584,7 +629,7 @@ class Recipe:
         series = {**self.state.series(), "loss_scale": scales}
         title = f"{cfg.model.name} {m.setup.mode} {m.precision.amp_level_used} batch {cfg.batch_size}: {env.run_dir}"
         save = cfg.save_checkpoint and not o.failure
-        outputs.measure(m, self.net, self.data, series)
+        outputs.measure(m, self.net, self.data, series, _pynative_step_ms(cfg, env.conv["path"]))
         unsaved = self._save_model(m) if save else None
         # Read after the FLOP count's forward pass and the checkpoint's serialisation, and again after the plot:
         # the peak of the whole run, as /usr/bin/time reports it (before, the later steps' memory was missed,
@@ -594,7 +639,7 @@ class Recipe:
             m.write(RunDir(env.run_dir).metrics)
             if unsaved is not None:
                 raise unsaved
-            outputs.plot(m, series, title)
+            outputs.plot(m, series, title, self.data.steps_per_epoch)
             if outputs.peak_rss_mb() > m.resources.peak_host_memory_mb:
                 m.resources.peak_host_memory_mb = outputs.peak_rss_mb()
                 m.write(RunDir(env.run_dir).metrics)
@@ -609,6 +654,7 @@ class Recipe:
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
                 "hydra.run.dir; metrics.json and the files already there are complete."
             ) from None
+        screen.end_status()
         if o.failure:
             raise o.failure
         print(outputs.summary_line(m) + outputs.warnings_recap(), flush=True)
@@ -650,6 +696,17 @@ class Recipe:
             self.env.run_dir,
         )
         raise Interrupted(signum, os.path.abspath(self.env.run_dir))
+
+
+def _pynative_step_ms(cfg, conv_path: str) -> Optional[float]:
+    """This machine's recorded steady step of cfg in pynative mode (runner/report/speed.py), or None."""
+    from runner.report.speed import speed_key, speed_records
+
+    if str(cfg.mode.name) == "pynative":
+        return None
+    record = speed_records().get(speed_key(OmegaConf.merge(cfg, {"mode": {"name": "pynative"}}), conv_path))
+    step = record.get("step_ms") if isinstance(record, dict) else None
+    return float(step) if isinstance(step, (int, float)) else None
 
 
 def _profiler(profile_cfg, env: Env) -> Optional["ProfileWindow"]:

@@ -24,6 +24,7 @@ import mindspore as ms
 import numpy as np
 from mindspore.train import Callback, EarlyStopping
 
+from runner.config.schema import validation_every
 from runner.report.accuracy import flat
 from runner.rundir.atomic import write_json
 from runner.rundir.layout import VAL_CURVE
@@ -46,14 +47,13 @@ def validation_epochs(every: int, epochs: int, steps_per_epoch: int, steps_per_c
     """Model.fit's epochs (1-based) after which to validate: every `every` data epochs, and after the last.
 
     A Model epoch is one pass over the data, or sink_size steps with a custom sink size; validation
-    runs after the Model epoch in which a chosen data epoch ends.
+    runs after the Model epoch in which a chosen data epoch ends. Linear in the epochs validated (a run of
+    100000 epochs, validated after each, plans them in milliseconds).
     """
-    ends = {e * steps_per_epoch for e in range(every, epochs + 1, every)} if every else set()
     chosen = {calls}
-    for k in range(1, calls + 1):
-        if any((k - 1) * steps_per_call < s <= k * steps_per_call for s in ends):
-            chosen.add(k)
-    return sorted(chosen)
+    if every:
+        chosen.update(-(-(e * steps_per_epoch) // steps_per_call) for e in range(every, epochs + 1, every))
+    return sorted(k for k in chosen if 1 <= k <= calls)
 
 
 @dataclass
@@ -131,11 +131,10 @@ class Validation(Callback):
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             write_json(self.path, self.curve)
-        log.info(
-            "epoch %g validation: val_accuracy %.4f val_loss %.4f", point["epoch"], point["accuracy"], point["loss"]
-        )
+        # On screen in the epoch's line (runner/report/monitor.py); in the records here.
         if self.logger is not None:
-            self.logger.log_metrics({"val/accuracy": point["accuracy"], "val/loss": point["loss"]}, step)
+            values = {"epoch": point["epoch"], "val_accuracy": point["accuracy"], "val_loss": point["loss"]}
+            self.logger.log_metrics(values, step)
 
     def last(self) -> dict:
         """The metrics of a validation of the weights as they are now (this process's), or {}."""
@@ -207,7 +206,10 @@ class ValidationAndStop:
         """Model.fit's validation arguments (none: fit trains as Model.train does)."""
         if not self.valid_epochs:
             return {}
-        return {"valid_dataset": val_data, "valid_frequency": self.valid_epochs, "valid_dataset_sink_mode": False}
+        # After every Model epoch (the default): fit's int form, which it tests in constant time per epoch.
+        every = self.valid_epochs == list(range(1, len(self.valid_epochs) + 1))
+        frequency = 1 if every else self.valid_epochs
+        return {"valid_dataset": val_data, "valid_frequency": frequency, "valid_dataset_sink_mode": False}
 
     def curve(self) -> list:
         return list(self.validation.curve) if self.validation else []
@@ -231,7 +233,7 @@ def build_validation_and_stop(
     run's state (the resume record continues the curve); ckpt_dir: where this process keeps the curve (None
     on ranks that write nothing).
     """
-    every = validation_cfg.every_epochs
+    every = validation_every(validation_cfg, evaluate)
     steps_per_call = plan.total_steps // plan.train_epochs
     valid_epochs = (
         validation_epochs(every, epochs, steps_per_epoch, steps_per_call, plan.train_epochs) if evaluate else []
