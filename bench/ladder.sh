@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf bench/results/ladder
-exec "${PYTHON:-.venv/bin/python}" -m runner -m +experiment=ladder model=resnet18 data=synthetic \
+exec "${PYTHON:-.venv/bin/python}" -m runner -m experiment=ladder model=resnet18 data=synthetic \
   data.num_samples=640 padding.height=32 padding.width=32 epochs=1 eval=false save_checkpoint=false \
   log_every=1000 hydra.sweep.dir=bench/results/ladder

@@ -143,7 +143,8 @@ def load_pretrained(net, path: str) -> dict:
     if not os.path.isfile(path):
         raise ModelError(f"model.checkpoint={path}: no such file.")
     try:
-        saved = ms.load_checkpoint(path)
+        # load_checkpoint refuses a .safetensors file unless told its format (MindSpore 2.10).
+        saved = ms.load_checkpoint(path, format="safetensors" if str(path).endswith(".safetensors") else "ckpt")
     except Exception as e:  # MindSpore raises ValueError/RuntimeError for files it cannot parse
         raise ModelError(
             f"model.checkpoint={path} is not a readable MindSpore checkpoint ({str(e).splitlines()[0]})."

@@ -43,8 +43,10 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 def compose(*overrides: str) -> "DictConfig":
     """The typed config `runner-train <overrides>` would run (validated by train(), not here)."""
+    from runner.config.overrides import slotted
+
     with initialize_config_module("runner.conf", version_base="1.3"):
-        return hydra_compose("config", overrides=list(overrides))
+        return hydra_compose("config", overrides=slotted(list(overrides)))
 
 
 def train(cfg: "DictConfig", run_dir: str, overrides: Sequence[str] = ()) -> Optional["RunMetrics"]:

@@ -22,8 +22,6 @@ from runner.errors import ConfigError
 
 # Groups that only other configs select (the rungs of experiment=ladder): not for a command line.
 INTERNAL = ("ladder",)
-# Groups that config.yaml's defaults list does not name: selected with a leading + (`+experiment=quick`).
-ADDED = ("experiment",)
 PRIMARY = {
     "config": "runner-train",
     "evaluate": "runner-evaluate",
@@ -55,8 +53,7 @@ def listing() -> str:
         "Config groups (choose an option with <group>=<option>; copy one with runner-configs cp <group>/<option>):"
     ]
     for group, options in table.items():
-        how = f"   (+{group}=<option>)" if group in ADDED else ""
-        lines.append(f"  {group:<{width}}{'  '.join(options)}{how}")
+        lines.append(f"  {group:<{width}}{'  '.join(options)}")
     lines.append("Each command's own config (runner-configs cp <name> copies it): " + ", ".join(PRIMARY))
     return "\n".join(lines)
 
@@ -134,10 +131,16 @@ def usage_after_copy(name: str, target: str) -> str:
         return f"Run it with: {PRIMARY.get(name, 'runner-train')} --config-dir {root} --config-name {option}"
     parent = os.path.dirname(target)
     if not parent.replace(os.sep, "/").endswith(group):
-        return f"To select it, keep it under <dir>/{group}/ and run with --config-dir <dir> {group}={option}."
+        # Hydra finds an option of a group only in a folder named after the group under --config-dir.
+        root = parent or "."
+        moved = os.path.join(root, group, os.path.basename(target))
+        return (
+            f"Hydra selects it only from a folder named {group}/ under --config-dir: move it there "
+            f"(mkdir -p {os.path.dirname(moved)} && mv {target} {moved}), then: "
+            f"runner-train --config-dir {root} {group}={option}"
+        )
     root = parent[: -len(group)].rstrip("/") or "."
-    plus = "+" if group.split("/")[0] in ADDED else ""
-    return f"Edit it, then: runner-train --config-dir {root} {plus}{group}={option}"
+    return f"Edit it, then: runner-train --config-dir {root} {group}={option}"
 
 
 if __name__ == "__main__":  # `python -m runner.builtin_configs`: runner-configs (runner/cli/commands.py)

@@ -1,9 +1,11 @@
 """`python -m runner.export run=<run dir> format=mindir|onnx`.
 
-Exports a run's FP32 network with a fixed input shape from the run's padding, then checks the exported
-file against the checkpoint's own network on validation images: MINDIR reloaded with mindspore.load +
-nn.GraphCell, ONNX run in onnxruntime. `<run>/export-<time>/export.json` records the largest absolute
-difference of the logits and the agreement of top-1.
+Exports a run's FP32 network with the input size from the run's padding, then checks the exported file
+against the checkpoint's own network on validation images: MINDIR reloaded with mindspore.load +
+nn.GraphCell, ONNX run in onnxruntime. The MINDIR file's batch is fixed (batch_size); the ONNX file's batch axis
+is dynamic (`batch`, as torch.onnx's dynamic_axes gives it), and its parity check runs it at batch_size and at
+another batch size. `<run>/export-<time>/export.json` records the largest absolute difference of the logits and
+the agreement of top-1.
 """
 
 import importlib
@@ -46,7 +48,7 @@ class ExportConfig:
     run: str = MISSING  # the training run's directory (holds config.yaml)
     format: ExportFormat = ExportFormat.mindir
     ckpt: str = "final"  # final (model.ckpt) | last | best | a .ckpt path
-    batch_size: int = 1  # the exported input's (fixed) batch dimension
+    batch_size: int = 1  # MINDIR: the input's (fixed) batch; ONNX: the traced batch (its batch axis is dynamic)
     parity_samples: int = 32  # validation images the exported file is checked on, per exported shape
     tolerance: float = 1e-4  # largest |logit difference| the parity check accepts
     data: DataOverrides = field(default_factory=DataOverrides)  # e.g. data.root=... if the training data moved
@@ -108,7 +110,15 @@ def write(net, fmt: str, shape: tuple, path_base: str) -> str:
     try:
         if fmt == "onnx":
             # MindSpore 2.10 deprecates mindspore.export(file_format='ONNX') for mindspore.onnx.export.
-            ms.onnx.export(net, x, file_name=path_base + ".onnx", input_names=["images"], output_names=["logits"])
+            ms.onnx.export(
+                net,
+                x,
+                file_name=path_base + ".onnx",
+                input_names=["images"],
+                output_names=["logits"],
+                dynamic_axes={"images": {0: BATCH_AXIS}},
+            )
+            dynamic_output_batch(path_base + ".onnx")
         else:
             ms.export(net, x, file_name=path_base, file_format="MINDIR")
     except (RuntimeError, TypeError, ValueError) as e:
@@ -117,6 +127,25 @@ def write(net, fmt: str, shape: tuple, path_base: str) -> str:
             raise
         raise refused from None
     return path_base + SUFFIX[fmt]
+
+
+BATCH_AXIS = "batch"  # the ONNX file's name for its dynamic batch dimension
+
+
+def dynamic_output_batch(path: str) -> None:
+    """Mark the ONNX file's outputs' first axis as the dynamic batch too. MindSpore's dynamic_axes marks only the
+    inputs, and leaves the outputs' batch at the traced size: onnxruntime then warns on every call at another batch
+    ("Expected shape from model of {1,10} does not match actual shape of {3,10}"), and a tool that reads the
+    declared output shape would allocate for one image."""
+    import onnx
+
+    model = onnx.load(path)
+    for output in model.graph.output:
+        dims = output.type.tensor_type.shape.dim
+        if dims:
+            dims[0].Clear()
+            dims[0].dim_param = BATCH_AXIS
+    onnx.save(model, path)
 
 
 class Exported:
@@ -131,11 +160,13 @@ class Exported:
             onnx.checker.check_model(path)
             self.session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
             self.input = self.session.get_inputs()[0].name
+            self.dynamic_batch = not isinstance(self.session.get_inputs()[0].shape[0], int)
         else:
             import mindspore as ms
             from mindspore import nn
 
             self.cell = nn.GraphCell(ms.load(path))
+            self.dynamic_batch = False
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.fmt == "onnx":
@@ -160,20 +191,27 @@ def parity_images(dataset, shapes: list, limit: int) -> dict:
 
 
 def parity(net, exported: Exported, images: np.ndarray, batch: int) -> dict:
-    """Logits of the exported file against the checkpoint's own network, in chunks of the exported batch."""
+    """Logits of the exported file against the checkpoint's own network, in chunks of the exported batch; a file
+    with a dynamic batch axis also in chunks of another size (2 x batch + 1), so that the axis is shown to work."""
     from mindspore import Tensor
 
-    ours, theirs = [], []
-    for i in range(0, len(images), batch):
-        chunk = images[i : i + batch]
-        n = len(chunk)
-        if n < batch:  # the exported batch dimension is fixed: fill it, then drop the filler's outputs
-            chunk = np.concatenate([chunk, np.zeros((batch - n, *chunk.shape[1:]), chunk.dtype)])
-        ours.append(net(Tensor(chunk)).asnumpy()[:n])
-        theirs.append(np.asarray(exported(chunk))[:n])
-    ours, theirs = np.concatenate(ours), np.concatenate(theirs)
+    sizes = [batch, 2 * batch + 1] if exported.dynamic_batch else [batch]
+    ours_all, theirs_all = [], []
+    for size in sizes:
+        ours, theirs = [], []
+        for i in range(0, len(images), size):
+            chunk = images[i : i + size]
+            n = len(chunk)
+            if n < size and not exported.dynamic_batch:  # a fixed batch dimension: fill it, drop the filler's outputs
+                chunk = np.concatenate([chunk, np.zeros((size - n, *chunk.shape[1:]), chunk.dtype)])
+            ours.append(net(Tensor(chunk)).asnumpy()[:n])
+            theirs.append(np.asarray(exported(chunk))[:n])
+        ours_all.append(np.concatenate(ours))
+        theirs_all.append(np.concatenate(theirs))
+    ours, theirs = np.concatenate(ours_all), np.concatenate(theirs_all)
     return {
-        "samples": int(len(ours)),
+        "samples": int(len(images)),
+        "batch_sizes": sizes,
         "max_abs_diff": float(np.max(np.abs(ours - theirs))),
         "top1_agreement": float(np.mean(ours.argmax(1) == theirs.argmax(1))),
     }
@@ -194,9 +232,11 @@ def export(app, out_dir: str) -> dict:
     write_json(os.path.join(out_dir, "export.json"), result)
     _refuse_a_mismatch(result, fmt, os.path.join(out_dir, "export.json"))
     worst, checked = result["max_abs_diff"], [f["parity"] for f in files if f["parity"]]
+    batches = sorted({b for c in checked for b in c.get("batch_sizes", [])})
+    any_batch = f" (any batch; checked at {' and '.join(map(str, batches))})" if result["input"]["batch"] else ""
     print(
         f"{fmt.upper()} {', '.join(os.path.basename(f['path']) for f in files)} | input "
-        f"{'/'.join('x'.join(map(str, f['input_shape'])) for f in files)} | max |diff| {worst:.2e} | "
+        f"{'/'.join('x'.join(map(str, f['input_shape'])) for f in files)}{any_batch} | max |diff| {worst:.2e} | "
         f"top-1 agreement {result['top1_agreement']:.4f} on {sum(c['samples'] for c in checked)} val images | "
         f"outputs: {out_dir}",
         flush=True,
@@ -260,7 +300,13 @@ def _record(app, fmt: str, cfg, saved, files: list) -> dict:
         "checkpoint": saved.checkpoint["path"],
         "run": os.path.abspath(app.run),
         "device_target": saved.target,
-        "input": {"name": "images", "layout": "NCHW", "dtype": "float32"},
+        # batch: the dynamic batch axis's name (ONNX), None where the batch is fixed at input_shape[0] (MINDIR).
+        "input": {
+            "name": "images",
+            "layout": "NCHW",
+            "dtype": "float32",
+            "batch": BATCH_AXIS if fmt == "onnx" else None,
+        },
         "output": {
             "name": "logits",
             "classes": saved_run.class_names(

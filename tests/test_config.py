@@ -21,7 +21,7 @@ ADDED = {"ladder"}  # groups outside the defaults list: composed with `+group=op
 @pytest.mark.slow
 def test_every_option_composes(group, option):
     extra = ["data.root=/tmp"] if group == "data" and option != "digits" and option != "synthetic" else []
-    extra += ["+experiment=ladder"] if group == "ladder" else []  # the rungs read the ladder's batch sizes
+    extra += ["experiment=ladder"] if group == "ladder" else []  # the rungs read the ladder's batch sizes
     cfg = compose_cfg(*[f"{'+' if group in ADDED else ''}{group}={option}", *extra])
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # nothing left MISSING
     validate(cfg)  # and every shipped option passes the runner's own checks
@@ -32,7 +32,7 @@ def test_every_experiment_composes():
         # The recipes need the user's data (and weights to fine-tune): test_recipes.py dry-runs them with it.
         extra = [] if f.stem in ("quick", "ladder") else ["data.root=/tmp"]
         extra += [f"model.checkpoint={REPO / 'pyproject.toml'}"] if f.stem == "finetune_mindcv" else []
-        cfg = compose_cfg(*[f"+experiment={f.stem}", *extra])
+        cfg = compose_cfg(*[f"experiment={f.stem}", *extra])
         assert cfg.experiment_name == f.stem
         validate(cfg)
 

@@ -103,7 +103,7 @@ def test_the_site_builds_strictly_and_a_broken_link_fails_it(tmp_path):
     # The same site with one broken link in one page: strict mode refuses it.
     copy = tmp_path / "copy"
     shutil.copytree(DOCS, copy / "docs")
-    for name in ("mkdocs.yml", *ROOT_FILES.values()):
+    for name in ("mkdocs.yml", "README.md", *ROOT_FILES.values()):  # README.md: the home page's first five things
         shutil.copy(REPO / name, copy / name)
     models = copy / "docs" / "models.md"
     models.write_text(models.read_text() + "\n[the data page](data.md#no-such-heading)\n")

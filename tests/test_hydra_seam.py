@@ -49,7 +49,7 @@ def test_composer_composes_as_hydra_main_does(tmp_path):
     (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
     with contract("composer / Composer.compose"):
         with hydra_seam.composer(runner_task(), hydra_seam.CONFIG_PATH, str(tmp_path)) as c:
-            cfg = c.compose("config", ["+experiment=mine", "model=resnet20"], multirun=False)
+            cfg = c.compose("config", ["experiment=mine", "model=resnet20"], multirun=False)
             assert cfg.seed == 7 and cfg.hydra.runtime.choices["model"] == "resnet20"
             assert cfg.hydra.job.name == "runner" and cfg.hydra.mode is None
             sweep = c.compose("config", ["seed=1,2"], multirun=True, validate_sweep=False)
@@ -61,6 +61,16 @@ def test_composer_tells_groups_from_values():
         with hydra_seam.composer(runner_task(), hydra_seam.CONFIG_PATH, None) as c:
             assert c.is_group("model") and c.is_group("experiment")
             assert not c.is_group("seed") and not c.is_group("optim.lr")
+
+
+def test_composer_lists_the_groups_a_user_chooses(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.yaml").write_text("x: 1\n")
+    with contract("Composer.groups"):
+        with hydra_seam.composer(runner_task(), hydra_seam.CONFIG_PATH, str(tmp_path)) as c:
+            groups = c.groups()
+            assert {"model", "optim", "experiment", "mine"} <= set(groups)
+            assert not any(g == "hydra" or g.startswith("hydra/") for g in groups)
 
 
 def test_composer_refuses_what_the_mode_does_not_allow():

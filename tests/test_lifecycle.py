@@ -156,6 +156,8 @@ def test_export_matches_the_checkpoint(folder_run, fmt, batch):
     record = json.loads((out / "export.json").read_text())
     (file,) = record["files"]
     assert Path(file["path"]) == out / f"model.{fmt}" and file["input_shape"] == [batch, 1, 8, 8]
+    # MINDIR's batch is fixed at batch_size; ONNX's axis is dynamic, checked at batch_size and 2 x batch_size + 1.
+    assert file["parity"]["batch_sizes"] == ([batch, 2 * batch + 1] if fmt == "onnx" else [batch])
     # 10 images in chunks of 4: the last chunk is filled up, and its filler must not count.
     assert file["parity"]["samples"] == 10
     assert record["max_abs_diff"] <= 1e-4 and record["top1_agreement"] == 1.0 and record["parity_ok"]

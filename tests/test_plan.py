@@ -207,6 +207,6 @@ def test_a_refused_plan_leaves_no_run_directory(tmp_path):
 
 def test_the_docs_example_is_the_output_of_its_command():
     text = (Path(__file__).resolve().parents[1] / "docs" / "plan.md").read_text()
-    command = re.search(r"```\n(python -m runner [^\n]*plan=true)\n```", text).group(1)
+    command = re.search(r"```[a-z]*\n(python -m runner [^\n]*plan=true)\n```", text).group(1)
     shown = re.search(r"Plan for (\S+), batch (\d+), input", text)
     assert f"model={shown.group(1)}" in command and f"batch_size={shown.group(2)}" in command, (command, shown)

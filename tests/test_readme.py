@@ -26,7 +26,7 @@ def commands(text: str) -> list:
     """(command, the output lines the page shows for it) for each `$ ` line of the section's code blocks;
     a here-document (<<'EOF') runs to its EOF line. Package installs are left to the reader."""
     found = []
-    for block in re.findall(r"```\n(.*?)```", text, re.S):
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
         lines = block.splitlines()
         i = 0
         while i < len(lines):

@@ -44,7 +44,7 @@ def test_a_recipe_without_its_data_is_refused_in_one_paragraph(tmp_path):
 def test_the_cifar_recipe_is_the_papers():
     from conftest import compose_cfg
 
-    cfg = compose_cfg("+experiment=cifar10_resnet56", "data.root=/d")
+    cfg = compose_cfg("experiment=cifar10_resnet56", "data.root=/d")
     assert (cfg.model.name, cfg.data.name, cfg.epochs, cfg.batch_size) == ("resnet56", "cifar10", 164, 128)
     assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.weight_decay) == (0.1, 0.9, 1e-4)
     assert list(cfg.optim.milestones) == [82, 123] and cfg.optim.schedule == "multistep"

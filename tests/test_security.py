@@ -303,7 +303,7 @@ def test_env_set_takes_only_harmless_names(tmp_path, name):
 @pytest.mark.parametrize(
     "module,args,message",
     [
-        ("runner.__main__", ["sink.sink_sise=4"], "Could not override 'sink.sink_sise'"),
+        ("runner.__main__", ["sink.sink_sise=4"], "sink.sink_sise is not a setting .*did you mean sink.sink_size"),
         ("runner.__main__", ["a=${"], "Error parsing override 'a=\\$\\{'"),
         ("runner.cli.commands", ["run=a,b"], "Ambiguous value for argument 'run=a,b'"),
         ("runner.__main__", ["--config-dir", "/no/such/dir"], "--config-dir '/no/such/dir' is not a directory"),

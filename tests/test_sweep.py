@@ -1,6 +1,7 @@
 """Every multirun: a fresh process per job, a summary in the sweep directory, failed jobs shown as failed."""
 
 import csv
+import json
 
 import pytest
 from conftest import metrics, run_cli, run_in_process
@@ -168,3 +169,128 @@ def test_advice_is_printed_for_a_finished_single_run_only(tmp_path, caplog):
         publish(m, Logger())
         assert caplog.text.count("note: model.conv=onednn") == 1
     assert m.advice  # metrics.json keeps the notes either way
+
+
+def test_fail_fast_stops_the_sweep_at_the_first_failed_job(tmp_path):
+    # optim.lr=-1 fails in its job (a sweep's jobs are checked one by one); the two after it are never started.
+    args = ["optim.lr=-1,0.1,0.2", "dry_run=true", "hydra.launcher.fail_fast=true"]
+    proc = run_in_process(tmp_path / "fast", *args, multirun=True, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a job failed
+    rows = _summary(tmp_path / "fast")
+    assert [(r["job"], r["label"], r["status"]) for r in rows] == [
+        ("0", "optim.lr=-1", "failed"),
+        ("1", "optim.lr=0.1", "not run"),
+        ("2", "optim.lr=0.2", "not run"),
+    ]
+    assert "fail_fast=true" in rows[1]["error"] and not (tmp_path / "fast" / "1").exists()
+    assert "Sweep stopped at the first failed job (#0; hydra.launcher.fail_fast=true): not run #1, #2." in proc.stdout
+    assert "| #2 | optim.lr=0.2 | not run: an earlier job failed" in (tmp_path / "fast" / "summary.md").read_text()
+    # Without it (the default) every job runs (test_a_failed_job_is_summarised_and_the_others_run); another
+    # launcher has no such setting, and says so before anything.
+    proc = run_in_process(tmp_path / "basic", *args, "hydra/launcher=basic", multirun=True, check=False)
+    assert proc.returncode == 2 and "hydra.launcher.fail_fast" in proc.stderr and not (tmp_path / "basic").exists()
+
+
+def _seed_sweep(root, jobs):
+    """A sweep directory as the runner leaves it: [(overrides, val_accuracy, val_loss, status)] per job."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from runner.report.metrics import RunMetrics
+
+    for num, (over, acc, loss, ok) in enumerate(jobs):
+        job = root / str(num)
+        (job / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(over), job / ".hydra" / "overrides.yaml")
+        OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}}}), job / ".hydra" / "hydra.yaml")
+        if not ok:
+            (job / "failed.json").write_text(json.dumps({"error": "boom", "error_type": "RuntimeError"}))
+            continue
+        curve = [{"epoch": e, "step": 10 * e, "accuracy": acc - 0.1 / e, "loss": loss + 0.5 / e} for e in (1, 2, 3)]
+        RunMetrics(
+            val_accuracy=acc,
+            val_loss=loss,
+            final_loss=loss,
+            loss_curve=[2.0 / (1 + s) for s in range(30)],
+            val_curve=curve,
+            steps=30,
+            mode="graph",
+            throughput_samples_per_s=500.0,
+        ).write(str(job / "metrics.json"))
+
+
+def test_a_sweep_over_seeds_reports_mean_and_standard_deviation_per_combination(tmp_path):
+    from runner.report.sweep import collect, markdown, summarize
+
+    jobs = [
+        (["optim.lr=0.01", "seed=0"], 0.90, 0.30, True),
+        (["optim.lr=0.01", "seed=1"], 0.92, 0.20, True),
+        (["optim.lr=0.01", "seed=2"], 0.94, 0.10, True),
+        (["optim.lr=0.05", "seed=0"], 0.97, 0.05, True),
+        (["optim.lr=0.05", "seed=1"], 0.0, 0.0, False),
+    ]
+    _seed_sweep(tmp_path, jobs)
+    rows = collect(tmp_path)
+    table = markdown(rows, summarize(rows, tmp_path, "seeds"))
+    by = {r["combination"]: r for r in csv.DictReader(open(tmp_path / "summary_seeds.csv"))}
+    low, high = by["optim.lr=0.01"], by["optim.lr=0.05"]
+    assert (low["seeds"], low["finished"], high["seeds"], high["finished"]) == ("0 1 2", "3", "0 1", "1")
+    assert float(low["val_accuracy_mean"]) == pytest.approx(0.92) and float(low["val_accuracy_std"]) == pytest.approx(
+        0.02
+    )  # the sample standard deviation (n-1) of 0.90, 0.92, 0.94
+    assert float(low["val_loss_std"]) == pytest.approx(0.1) and high["val_accuracy_std"] == ""  # one finished seed
+    assert "| optim.lr=0.01 | 0, 1, 2 | 3/3 | 0.9200 ± 0.0200 | 0.2000 ± 0.1000 |" in table
+    assert "| optim.lr=0.05 | 0, 1 | 1/2 | 0.9700 (one seed) |" in table
+    assert (tmp_path / "summary.png").stat().st_size > 0
+    # seed alone: one combination, every job; a sweep without seed has no such table.
+    _seed_sweep(tmp_path / "alone", [(["seed=0"], 0.9, 0.3, True), (["seed=1"], 0.8, 0.5, True)])
+    rows = collect(tmp_path / "alone")
+    assert "| (every job) | 0, 1 | 2/2 | 0.8500 ± 0.0707 |" in markdown(rows, summarize(rows, tmp_path / "alone", "s"))
+    _seed_sweep(tmp_path / "lr", [(["optim.lr=0.1"], 0.9, 0.3, True), (["optim.lr=0.2"], 0.8, 0.5, True)])
+    rows = collect(tmp_path / "lr")
+    assert "over the seeds" not in markdown(rows, summarize(rows, tmp_path / "lr", "lr"))
+    assert not (tmp_path / "lr" / "summary_seeds.csv").exists()
+
+
+def _texts(fig):
+    """Every visible, non-empty text of a drawn figure: (text, its box in display pixels)."""
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [
+        (t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text) if t.get_visible() and t.get_text()
+    ]
+
+
+def test_the_sweep_chart_compares_what_varies_with_its_labels_inside_the_figure(tmp_path):
+    from runner.report.plots import sweep_figure
+    from runner.report.sweep import collect, seed_groups, speed_varies
+
+    long = "optim.lr=0.0123456789 optim.weight_decay=0.0001 augment=randaugment augment.randaugment_magnitude=9"
+    _seed_sweep(tmp_path / "lr", [([long], 0.91, 0.3, True), (["optim.lr=0.2"], 0.93, 0.2, True)])
+    rows = collect(tmp_path / "lr")
+    fig = sweep_figure(rows, seed_groups(rows), speed_varies(rows), f"lr: {tmp_path / 'lr'}")
+    titles = {ax.get_title() for ax in fig.axes}
+    assert {"val accuracy", "val loss"} <= titles and not any("throughput" in t for t in titles)  # not varied
+    fig.canvas.draw()
+    drawn, page = fig.get_tightbbox(fig.canvas.get_renderer()), fig.bbox_inches  # what was drawn, in inches
+    assert page.x0 - 0.01 <= drawn.x0 and drawn.x1 <= page.x1 + 0.01, (drawn, page)  # every label inside the figure
+    assert page.y0 - 0.01 <= drawn.y0 and drawn.y1 <= page.y1 + 0.01, (drawn, page)
+    # A speed sweep compares throughput and compile time; PyNative compiles no graph, and says so.
+    _seed_sweep(tmp_path / "mode", [(["mode=pynative"], 0.9, 0.3, True), (["mode=graph"], 0.9, 0.3, True)])
+    for num, (mode, seconds) in enumerate((("pynative", 1.83), ("graph", 4.0))):
+        path = tmp_path / "mode" / str(num) / "metrics.json"
+        m = json.loads(path.read_text())
+        m.update(mode=mode, compile_seconds=seconds, compile_count=int(mode == "graph"))
+        path.write_text(json.dumps(m))
+    rows = collect(tmp_path / "mode")
+    assert rows[0].value("compile_seconds") is None and rows[1].value("compile_seconds") == 4.0
+    fig = sweep_figure(rows, [], speed_varies(rows), "mode")
+    texts = [t for t, _ in _texts(fig)]
+    assert any("throughput" in ax.get_title() for ax in fig.axes)
+    assert "no graph compile (pynative)" in " ".join(texts) and not any("1.83" in t for t in texts)
+    assert "| #0 | mode=pynative | ok | 0.9000 | 0.3000 | - |" in __import__(
+        "runner.report.sweep"
+    ).report.sweep.markdown(rows, [])

@@ -9,7 +9,9 @@ every job). This launcher composes each job as the basic launcher does, then run
 `run_job` in a child (`runner/cli/job_process.py`), one job at a time.
 
 A job that fails leaves `failed.json` in its directory (written by the task, or here when the
-process died) and returns NaN, so the sweep goes on and the summary shows it as failed.
+process died) and returns NaN, so the sweep goes on and the summary shows it as failed; with
+`hydra.launcher.fail_fast=true` the sweep stops there instead, and the summary lists the jobs it did not
+run (Hydra's own launchers have no such setting: facebookresearch/hydra#2824).
 
 Ctrl-C: each job runs in its own session, so the console's SIGINT reaches only this process, which
 passes it on to the running job once (the job saves a checkpoint at its next step and exits 128 + the
@@ -37,6 +39,9 @@ from runner.rundir.atomic import write_json
 
 log = logging.getLogger(__name__)
 _interrupted = {"signal": None, "jobs": [], "not_started": 0}
+# The jobs this process's sweep did not run ({"num", "overrides"}), and why: a signal, or fail_fast after a failure.
+_not_run: List[dict] = []
+_stopped_by: dict = {"failed_job": None}
 
 
 def sweep_interrupted() -> bool:
@@ -47,6 +52,16 @@ def sweep_interrupted() -> bool:
 def interruption() -> dict:
     """{"signal": name or None, "jobs": [job numbers it stopped], "not_started": count}, for the summary."""
     return dict(_interrupted)
+
+
+def not_run() -> List[dict]:
+    """The jobs of this process's sweep that were never started ({"num", "overrides", "why"}), for the summary."""
+    return [dict(j) for j in _not_run]
+
+
+def failed_fast() -> "int | None":
+    """The job whose failure stopped the sweep (hydra.launcher.fail_fast=true), or None."""
+    return _stopped_by["failed_job"]
 
 
 # hydra/launcher=isolated is conf/hydra/launcher/isolated.yaml (why there: that file's comment).
@@ -63,7 +78,16 @@ def task_reference(task_function) -> tuple:
 class IsolatedLauncher(Launcher):
     """Runs each job of a sweep in its own `python -m runner.cli.job_process` process, sequentially."""
 
+    def __init__(self, fail_fast: bool = False) -> None:
+        """fail_fast: the first failed job stops the sweep (conf/hydra/launcher/isolated.yaml)."""
+        self.fail_fast = bool(fail_fast)
+
     def setup(self, *, hydra_context, task_function, config) -> None:
+        # Once per sweep (launch may run once per batch of an Optuna search): a second sweep in this process
+        # (the Python API, the tests) starts with none of the first one's stops.
+        _interrupted.update(signal=None, jobs=[], not_started=0)
+        _not_run.clear()
+        _stopped_by["failed_job"] = None
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
@@ -76,8 +100,10 @@ class IsolatedLauncher(Launcher):
         task = task_reference(self.task_function)
         runs: List[JobReturn] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            if sweep_interrupted():  # a signal stopped an earlier job: start no more
-                _interrupted["not_started"] += 1
+            stopped = "interrupted" if sweep_interrupted() else "fail_fast" if failed_fast() is not None else None
+            if stopped:  # a signal stopped an earlier job, or one failed under fail_fast: start no more
+                _interrupted["not_started"] += stopped == "interrupted"
+                _not_run.append({"num": idx, "overrides": list(filter_overrides(overrides)), "why": stopped})
                 runs.append(self._not_started(list(overrides)))
                 continue
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
@@ -87,7 +113,11 @@ class IsolatedLauncher(Launcher):
                 cfg.hydra.job.num = idx
                 # Resolved here: ${now:...} evaluated in the child would name another directory.
                 cfg.hydra.sweep.dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
-            runs.append(self._run_child(cfg, list(overrides), task))
+            ret = self._run_child(cfg, list(overrides), task)
+            runs.append(ret)
+            if self.fail_fast and not sweep_interrupted() and _failed(_job_dir(cfg)):
+                _stopped_by["failed_job"] = idx
+                log.error(f"#{idx} failed; hydra.launcher.fail_fast=true: the sweep starts no more jobs")
         return runs
 
     def _run_child(self, cfg, overrides: list, task: tuple) -> JobReturn:
@@ -161,6 +191,18 @@ class _Forward(Exception):
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum
+
+
+def _failed(job_dir: str) -> bool:
+    """Whether the job in job_dir failed: it left failed.json (the task's error, or this launcher's record of a
+    process that died), not an interruption."""
+    import json
+
+    try:
+        with open(os.path.join(job_dir, "failed.json")) as f:
+            return json.load(f).get("error_type") != "Interrupted"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _job_dir(cfg) -> str:

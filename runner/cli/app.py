@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import hydra
 
 from hydra_plugins.runner_launcher import isolated_launcher, optuna_sweeper
+from runner.cli import argv as argv_checks
 from runner.cli import hydra_seam
 from runner.cli.starting import catch_signals_while_exiting, exit_interrupted, take_back
 from runner.errors import Interrupted, print_user_error, user_errors
@@ -168,6 +169,11 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None, show
         startup.command_started(cli)  # metrics.json's startup: the import phase ends here
         _register_plugins()
         _catch_interrupts()
+        early = argv_checks.answer_early(argv_checks.command_name(config_name), sys.argv[1:], _keys_of(app))
+        if early is not None:
+            sys.exit(early)
+        # hydra.main reads sys.argv itself: `+experiment=x` of earlier releases becomes the slot's experiment=x.
+        sys.argv[1:] = argv_checks.hydra_overrides(sys.argv[1:], app.config_name, app.config_path)
         argv = sys.argv[1:]
         prints = prints_only(argv)
         take_back()  # the first words runner/__main__.py said: the status line takes their place
@@ -192,6 +198,25 @@ def entry_point(task, *checks: Callable, config_name: str, before_run=None, show
     cli.__doc__ = f"Console entry point of {task.__module__}.{task.__name__} (conf/{config_name}.yaml)."
     cli.app = app  # type: ignore[attr-defined]
     return cli
+
+
+def _keys_of(app: HydraApp) -> Callable[[], list]:
+    """The settings and config groups of the app's default configuration (what a `--key` may have meant)."""
+
+    def keys() -> list:
+        from omegaconf import OmegaConf
+
+        from runner.config.suggest import config_keys
+
+        try:
+            with hydra_seam.composer(app.task, app.config_path, None) as hydra:
+                body = OmegaConf.to_container(hydra.compose(app.config_name, [], False))
+                assert isinstance(body, dict)
+                return config_keys(body) + hydra.groups()
+        except Exception:  # only a suggestion: without it the paragraph still says what to type
+            return []
+
+    return keys
 
 
 def _end_status() -> None:

@@ -176,7 +176,10 @@ def convert_main(argv: Optional[Sequence[str]] = None) -> int:
         "checkpoint for the runner's resnet18/34/50 (init_from=) or MindCV's resnets (model.checkpoint=).",
     )
     parser.add_argument("src", metavar="SRC", help="the PyTorch state dict (.pth/.pt through torch; .safetensors)")
-    parser.add_argument("out", metavar="OUT", nargs="?", help="the checkpoint to write (default: SRC with .ckpt)")
+    parser.add_argument(
+        "out", metavar="OUT", nargs="?",
+        help="the checkpoint to write: .ckpt, or .safetensors for MindSpore's safetensors (default: SRC with .ckpt)",
+    )  # fmt: skip
     parser.add_argument("--model", help="resnet18|resnet34|resnet50|mindcv:<arch> (default: the source's depth)")
     parser.add_argument(
         "--drop", metavar="PATTERN", nargs="+", action="extend", default=[],

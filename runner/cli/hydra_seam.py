@@ -50,6 +50,21 @@ class Composer:
         """Whether `name` is a config group (a choice of files) rather than a value."""
         return bool(self._hydra.config_loader.get_group_options(name))
 
+    def groups(self) -> List[str]:
+        """The config groups a user may choose an option of (Hydra's own under hydra/ left out)."""
+        found: List[str] = []
+        loader = self._hydra.config_loader
+
+        def walk(parent: str) -> None:
+            for name in loader.list_groups(parent):
+                group = f"{parent}/{name}" if parent else name
+                if group != "hydra":
+                    found.append(group)
+                    walk(group)
+
+        walk("")
+        return found
+
     def check_sweep_overrides(self, overrides: List[str], multirun: bool) -> None:
         """Raise Hydra's own error for overrides its mode does not allow: `a=1,2` without -m is ambiguous,
         a swept `hydra.*` key is not supported."""

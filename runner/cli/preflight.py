@@ -312,7 +312,10 @@ SUBMITIT_FIELDS = {
 # jobs' command line, environment or script (Slurm's #SBATCH header, srun's arguments, setup lines), so a
 # field not listed (srun_args, teardown, a `+hydra.launcher.<key>` of the user's) is refused: docs/launchers.md.
 LAUNCHER_FIELDS: Dict[str, Dict[str, str]] = {
-    "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher": COMMON_LAUNCHER_FIELDS,
+    "hydra_plugins.runner_launcher.isolated_launcher.IsolatedLauncher": {
+        **COMMON_LAUNCHER_FIELDS,
+        "fail_fast": "a flag: stop the sweep at the first failed job",
+    },
     "hydra._internal.core_plugins.basic_launcher.BasicLauncher": COMMON_LAUNCHER_FIELDS,
     "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": {
         **COMMON_LAUNCHER_FIELDS,
@@ -541,6 +544,36 @@ def _job_overrides(parser, arguments: list) -> list:
     return [list(x) for x in itertools.product(*_swept(parser, arguments).values())]
 
 
+UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'")
+
+
+def check_unknown_key(hydra, config_name: str, overrides: list, error: Exception) -> None:
+    """ConfigError with the closest real settings when an override names a key the configuration lacks: Hydra
+    would suggest `+key=value`, which only adds a key the run then refuses as not a setting (a dead end)."""
+    from runner.config.suggest import config_keys, did_you_mean
+
+    found = UNKNOWN_KEY.search(str(error))
+    if not found:
+        return
+    key = found.group(1)
+    written = next((o for o in overrides if o.split("=", 1)[0].lstrip("~") == key), f"{key}=...")
+    keys: List[str] = []
+    for others in ([o for o in overrides if o != written], []):
+        try:
+            body = OmegaConf.to_container(hydra.compose(config_name, others, False, validate_sweep=False))
+        except COMPOSE_ERRORS:
+            continue
+        assert isinstance(body, dict)
+        keys = config_keys(body)
+        break
+    if "." not in key:
+        keys += hydra.groups()  # experimnet=quick: a group is a name that may be meant too
+    raise ConfigError(
+        f"{written!r}: {key} is not a setting of the runner{did_you_mean(key, keys)}. `--help` lists the config "
+        "groups and every setting with its default; `--cfg job` shows the composed configuration."
+    )
+
+
 def compose_error(e: BaseException) -> ConfigError:
     """Hydra's own report of a configuration it cannot compose, as one paragraph."""
     lines = str(e).splitlines()
@@ -571,7 +604,13 @@ def compose_like_hydra(app, args) -> list:
     config_path = args.config_path if args.config_path is not None else app.config_path
     if args.config_dir is not None and not os.path.isdir(os.path.abspath(args.config_dir)):
         raise ConfigError(f"--config-dir {args.config_dir!r} is not a directory.")
-    overrides = list(args.overrides)
+    from runner.cli.argv import hydra_overrides
+
+    # As the command line hands them to Hydra (runner/cli/app.py): `+experiment=x` is the slot's experiment=x.
+    argv = (["--config-path", str(args.config_path)] if args.config_path is not None else []) + (
+        ["--config-name", str(args.config_name)] if args.config_name else []
+    )
+    overrides = hydra_overrides(argv + list(args.overrides), app.config_name, app.config_path)[len(argv) :]
     with hydra_seam.composer(app.task, config_path, args.config_dir) as hydra:
         try:
             check_no_option(hydra, overrides)
@@ -586,27 +625,39 @@ def compose_like_hydra(app, args) -> list:
             params = base.hydra.sweeper.get("params") or {}
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
             arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
-            swept = _swept(parser, arguments)
             if str(base.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
                 from runner.rundir.sweep_jobs import check_distinct
 
                 check_distinct(_job_overrides(parser, arguments))
-            if not (
-                any(len(v) > 1 and _may_change_hydra(hydra, k.lstrip("+~")) for k, v in swept.items())
-                or depends_on_the_job(base)
-                or _sweep_dir_holds_jobs(base)
-            ):
-                return configs
-            prefix = _as_written(base.hydra.overrides.hydra)
-            for num, job in enumerate(_job_overrides(parser, arguments)):
-                configs.append((hydra.compose(config_name, prefix + job, False), num, True))
-            return configs
+            return configs + _jobs_to_check(hydra, config_name, base, parser, arguments)
         except COMPOSE_ERRORS as e:
             check_package_header(e)
+            check_unknown_key(hydra, config_name, overrides, e)
             raise compose_error(e) from None
         except KeyError as e:
             check_env_copy(e)
             raise
+
+
+def _jobs_to_check(hydra, config_name: str, base, parser, arguments: list) -> list:
+    """[(config, job number, True)] of the sweep's jobs the rules must see one by one: all of them where they may
+    differ in what the rules check or the sweep directory holds jobs, else none. The first job is composed in any
+    case: the sweep's own config holds no swept value, and a misspelled swept key (`optim.lrr=0.1,0.2`) would
+    fail every job in the launcher with Hydra's raw message."""
+    swept = _swept(parser, arguments)
+    jobs = _job_overrides(parser, arguments)
+    prefix = _as_written(base.hydra.overrides.hydra)
+    first = hydra.compose(config_name, prefix + jobs[0], False) if jobs else None
+    if not (
+        any(len(v) > 1 and _may_change_hydra(hydra, k.lstrip("+~")) for k, v in swept.items())
+        or depends_on_the_job(base)
+        or _sweep_dir_holds_jobs(base)
+    ):
+        return []
+    return [
+        (first if num == 0 else hydra.compose(config_name, prefix + job, False), num, True)
+        for num, job in enumerate(jobs)
+    ]
 
 
 def check_env_copy(error: KeyError) -> None:

@@ -566,9 +566,12 @@ def validate(cfg, *more) -> None:
         # `+key=value` adds keys even to typed nodes; a key the schema lacks would be silently ignored.
         OmegaConf.merge(OmegaConf.structured(Config), plain)
     except OmegaConfBaseException as e:
+        from runner.config.suggest import config_keys, did_you_mean
+
+        key = str(getattr(e, "full_key", "?"))
         raise ConfigError(
-            f"{getattr(e, 'full_key', '?')} is not a setting of the runner ({str(e).splitlines()[0].strip()}); "
-            "`python -m runner --cfg job` lists them all."
+            f"{key} is not a setting of the runner{did_you_mean(key, config_keys(plain))}: "
+            "`python -m runner --help` lists every setting with its default."
         ) from None
     check_cpu_isa(cfg.device)
     problems = list(_problems(cfg)) + [problem for check in more for problem in check(cfg)]

@@ -76,6 +76,11 @@ class DistMode(Choice):
     dp = "dp"
 
 
+class CheckpointFormat(Choice):
+    ckpt = "ckpt"  # MindSpore's own (protobuf) checkpoint: model.ckpt
+    safetensors = "safetensors"  # the safetensors layout MindSpore 2.4+ writes and reads: model.safetensors
+
+
 class Monitor(Choice):
     auto = "auto"  # val_accuracy when validation runs during training, else train_loss
     val_accuracy = "val_accuracy"
@@ -179,6 +184,9 @@ class CheckpointConfig:
     # training (the default with eval=true), else train_loss.
     monitor: Monitor = Monitor.auto
     on_signal: bool = True  # SIGINT/SIGTERM save a checkpoint at the next step end, then exit
+    # The final weights' file: model.ckpt or model.safetensors (resumable checkpoints/ stay .ckpt: they carry
+    # the step and the optimizer's state, which the runner's resume reads from MindSpore's own format).
+    format: CheckpointFormat = CheckpointFormat.ckpt
 
 
 @dataclass

@@ -1,4 +1,10 @@
-"""Hydra callback that ends every multirun with summary.csv, summary.md and summary.png in the sweep directory."""
+"""Hydra callback that ends every multirun with summary.csv, summary.md and summary.png in the sweep directory.
+
+The summary compares the jobs on what the sweep varies and what a user watches: validation accuracy and loss per
+job and their curves over the epochs, and throughput and compile time where a setting that changes speed varies
+(SPEED). A sweep over `seed` is also reported per remaining combination, as the mean and standard deviation over
+its seeds (summary_seeds.csv and a table of its own in summary.md).
+"""
 
 import csv
 import json
@@ -7,12 +13,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from hydra_plugins.runner_launcher.isolated_launcher import interruption
+from hydra_plugins.runner_launcher.isolated_launcher import failed_fast, interruption, not_run
 from runner.config.tree import flat
 
 # report/plots.py (matplotlib, ~0.5 s) is imported only when the sweep has a chart to draw.
@@ -24,7 +30,8 @@ log = logging.getLogger(__name__)
 
 # Columns of the table, in order: (RunMetrics attribute, header, format).
 COLUMNS = [
-    ("val_accuracy", "accuracy", "{:.4f}"),
+    ("val_accuracy", "val accuracy", "{:.4f}"),
+    ("val_loss", "val loss", "{:.4f}"),
     ("compile_seconds", "compile s", "{:.2f}"),
     ("step_time_median_ms", "step ms (median)", "{:.1f}"),
     ("step_time_p90_ms", "step ms (p90)", "{:.1f}"),
@@ -61,7 +68,8 @@ class JobRow:
     job: object  # the job number (an int), or the directory name
     dir: str
     overrides: List[str]
-    status: str = "ok"  # ok | failed | interrupted (a signal stopped it) | validated (dry_run=true)
+    # ok | failed | interrupted (a signal stopped it) | validated (dry_run=true) | not run (the sweep stopped first)
+    status: str = "ok"
     error: str = ""
     metrics: Optional[RunMetrics] = None
     config: dict = field(default_factory=dict)  # flattened, without the keys that only name the job
@@ -78,14 +86,56 @@ class JobRow:
         return f"#{self.job}" if isinstance(self.job, int) else str(self.job)
 
     def value(self, key: str):
-        """A table column: the speedup, achieved GFLOP/s, or a RunMetrics attribute."""
+        """A table column: the speedup, achieved GFLOP/s, or a RunMetrics attribute (compile time only where a
+        graph was compiled: PyNative's first step is no compile)."""
         if key == "speedup":
             return self.speedup
         if self.metrics is None:
             return None
         if key == "achieved_gflops_per_s":
             return (self.metrics.flops or {}).get("achieved_gflops_per_s")
+        if key == "compile_seconds" and not self.compiled():
+            return None
         return getattr(self.metrics, key)
+
+    def compiled(self) -> bool:
+        """Whether the job compiled a graph (graph or jit mode); PyNative runs the network op by op."""
+        return self.metrics is not None and (self.metrics.mode != "pynative" or bool(self.metrics.compile_count))
+
+    def steps_per_epoch(self) -> Optional[float]:
+        """Training steps per epoch, from the validation record (step and epoch) or the steps over the epochs."""
+        m = self.metrics
+        if m is None:
+            return None
+        for point in reversed(m.val_curve or []):
+            if point.get("epoch") and point.get("step"):
+                return point["step"] / point["epoch"]
+        epochs = self.config.get("epochs")
+        return m.steps / epochs if m.steps and isinstance(epochs, int) and epochs > 0 else None
+
+
+@dataclass
+class SeedGroup:
+    """The jobs of a sweep over `seed` that share every other override: their mean and standard deviation."""
+
+    label: str  # the other overrides ("(every job)" when seed alone varies)
+    rows: List[JobRow]
+    stats: dict = field(default_factory=dict)  # metric -> (mean, standard deviation or None, finished jobs)
+
+    @property
+    def seeds(self) -> List[str]:
+        return [o.partition("=")[2] for r in self.rows for o in r.overrides if o.partition("=")[0] == SEED]
+
+
+SEED = "seed"
+# What the seed table aggregates, in its order: (RunMetrics attribute, header, format).
+SEED_COLUMNS = [
+    ("val_accuracy", "val accuracy", "{:.4f}"),
+    ("val_loss", "val loss", "{:.4f}"),
+    ("val_top5_accuracy", "val top-5", "{:.4f}"),
+    ("final_loss", "train loss (last step)", "{:.4f}"),
+    ("throughput_samples_per_s", "samples/s", "{:.1f}"),
+]
 
 
 _failed = []
@@ -108,13 +158,23 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        rows = collect(sweep_dir, self.started)
+        rows = collect(sweep_dir, self.started, not_run())
         if not rows:
             return
         _failed.extend(r for r in rows if r.status == "failed" and r.reused != "earlier")
         notes = summarize(rows, sweep_dir, str(config.experiment_name))
         print(markdown(rows, notes), flush=True)
-        print(f"Sweep summary: {sweep_dir / 'summary.md'} (and summary.csv, summary.png there).", flush=True)
+        also = ", ".join(n for n in ("summary.csv", SEEDS_CSV, "summary.png") if (sweep_dir / n).exists())
+        print(f"Sweep summary: {sweep_dir / 'summary.md'} (and {also} there).", flush=True)
+        stopped = failed_fast()
+        if stopped is not None:
+            skipped = [r.name for r in rows if r.status == NOT_RUN]
+            print(
+                f"Sweep stopped at the first failed job (#{stopped}; hydra.launcher.fail_fast=true): not run "
+                f"{', '.join(skipped) or 'none'}. The same command continues the sweep in its directory "
+                f"(hydra.sweep.dir={sweep_dir}): the failed job runs again, then the others.",
+                flush=True,
+            )
 
         stop = interruption()
         if stop["signal"]:
@@ -126,14 +186,30 @@ class SweepSummary(Callback):
             )
 
 
-def collect(sweep_dir: Path, since: Optional[float] = None) -> list:
+NOT_RUN = "not run"
+SEEDS_CSV = "summary_seeds.csv"
+
+
+def collect(sweep_dir: Path, since: Optional[float] = None, skipped: Sequence[dict] = ()) -> list:
     """One JobRow per job directory, in job order, with the overrides that tell the jobs apart.
 
     since: when this run of the sweep started; each row then says what it did with the job (JobRow.reused),
-    and a job of an earlier run that this one does not have is listed by its directory name."""
+    and a job of an earlier run that this one does not have is listed by its directory name. skipped: the jobs
+    the launcher never started ({"num", "overrides", "why"}: a signal, or fail_fast), listed as not run."""
     from runner.rundir.sweep_jobs import recorded_plan
 
-    rows = []
+    rows = [
+        JobRow(
+            int(j["num"]),
+            "",
+            list(j["overrides"]),
+            status=NOT_RUN,
+            error="a signal stopped the sweep first"
+            if j["why"] == "interrupted"
+            else "an earlier job failed (hydra.launcher.fail_fast=true)",
+        )
+        for j in skipped
+    ]
     for job_dir in sweep_dir.iterdir():
         if not job_dir.is_dir() or not ((job_dir / ".hydra").is_dir() or (job_dir / FAILED).exists()):
             continue
@@ -152,7 +228,7 @@ def collect(sweep_dir: Path, since: Optional[float] = None) -> list:
     varying = _varying_overrides([r.overrides for r in rows])
     for r in rows:
         r.label = " ".join(o for o in r.overrides if o.split("=")[0] in varying) or "(same overrides)"
-    if not any(k.lstrip("+~").startswith(SPEED) for k in varying):
+    if not speed_varies(rows):
         return rows  # no speed setting differs: no speedup column
     base = rows[0].value("throughput_samples_per_s")
     for r in rows:
@@ -227,11 +303,91 @@ def summarize(rows: list, sweep_dir: Path, title: str) -> list:
                     "dir": r.dir,
                 }
             )
+    groups = seed_groups(rows)
+    if groups:
+        write_seed_csv(groups, sweep_dir / SEEDS_CSV)
     (sweep_dir / "summary.md").write_text(markdown(rows, notes) + "\n")
     from runner.report.plots import sweep_chart
 
-    sweep_chart(rows, str(sweep_dir / "summary.png"), f"{title}: {sweep_dir}")
+    sweep_chart(rows, groups, speed_varies(rows), str(sweep_dir / "summary.png"), f"{title}: {sweep_dir}")
     return notes
+
+
+def speed_varies(rows: list) -> bool:
+    """Whether the jobs differ in a setting that changes speed (SPEED): then throughput and compile time compare."""
+    varying = _varying_overrides([r.overrides for r in rows])
+    return any(k.lstrip("+~").startswith(SPEED) for k in varying)
+
+
+def seed_groups(rows: list) -> List[SeedGroup]:
+    """The jobs grouped by every varying override but `seed`, each group's mean and standard deviation (sample,
+    n-1) over its finished jobs; [] unless the sweep varies seed and some group holds more than one seed."""
+    varying = _varying_overrides([r.overrides for r in rows])
+    if SEED not in {k.lstrip("+") for k in varying}:
+        return []
+    groups: dict = {}
+    for r in rows:
+        rest = [o for o in r.overrides if o.split("=")[0] in varying and o.split("=")[0].lstrip("+") != SEED]
+        groups.setdefault(" ".join(rest) or "(every job)", []).append(r)
+    if all(len(members) < 2 for members in groups.values()):
+        return []
+    out = []
+    for label, members in groups.items():
+        group = SeedGroup(label, members)
+        for key, _, _ in SEED_COLUMNS:
+            values = [v for v in (r.value(key) for r in members if r.status == "ok") if _finite(v)]
+            if values:
+                mean = sum(values) / len(values)
+                std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+                group.stats[key] = (mean, std, len(values))
+        out.append(group)
+    return out
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def write_seed_csv(groups: List[SeedGroup], path: Path) -> None:
+    """summary_seeds.csv: one row per combination, <metric>_mean, <metric>_std and the finished jobs behind them."""
+    fields = ["combination", "jobs", "seeds", "finished"]
+    fields += [f"{key}_{part}" for key, _, _ in SEED_COLUMNS for part in ("mean", "std")]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for g in groups:
+            row = {
+                "combination": g.label,
+                "jobs": " ".join(r.name for r in g.rows),
+                "seeds": " ".join(g.seeds),
+                "finished": sum(r.status == "ok" for r in g.rows),
+            }
+            for key, _, _ in SEED_COLUMNS:
+                mean, std, _n = g.stats.get(key, (None, None, 0))
+                row[f"{key}_mean"], row[f"{key}_std"] = mean, std
+            writer.writerow(row)
+
+
+def seed_markdown(groups: List[SeedGroup]) -> str:
+    """The table over seeds: mean ± standard deviation per combination (one seed: its value alone)."""
+    columns = [c for c in SEED_COLUMNS if any(c[0] in g.stats for g in groups)]
+    head = ["combination", "seeds", "finished", *[c[1] for c in columns]]
+    lines = [
+        "Mean ± standard deviation over the seeds (sample standard deviation; summary_seeds.csv):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for g in groups:
+        cells = [g.label, ", ".join(g.seeds) or "-", f"{sum(r.status == 'ok' for r in g.rows)}/{len(g.rows)}"]
+        for key, _, fmt in columns:
+            mean, std, n = g.stats.get(key, (None, None, 0))
+            if mean is None:
+                cells.append("-")
+            else:
+                cells.append(fmt.format(mean) + (f" ± {fmt.format(std)}" if std is not None else " (one seed)"))
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list, notes: list) -> str:
@@ -250,6 +406,9 @@ def markdown(rows: list, notes: list) -> str:
             cells.append(fmt.format(v) if v is not None and r.status == "ok" else "-")
         # One table row per job: a multi-line error or a pipe would break the table.
         lines.append("| " + " | ".join(" ".join(c.split()).replace("|", "/") for c in cells) + " |")
+    groups = seed_groups(rows)
+    if groups:
+        lines += ["", seed_markdown(groups)]
     if notes:
         lines += ["", "Notes from the measurements:", *[f"- {n}" for n in notes]]
     return "\n".join(lines)

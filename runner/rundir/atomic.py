@@ -28,12 +28,15 @@ def write_json(path: str, data: dict) -> None:
 
 
 def save_checkpoint(net, path: str, append_dict=None) -> None:
-    """Save a cell's (FP32 master) weights in MindSpore's format, atomically; never a partial file."""
+    """Save a cell's (FP32 master) weights atomically, never a partial file: MindSpore's .ckpt, or .safetensors
+    when path ends so (MindSpore's save_checkpoint(format="safetensors"))."""
     import mindspore as ms
 
-    tmp = path + ".tmp.ckpt"
+    fmt = "safetensors" if path.endswith(".safetensors") else "ckpt"
+    # MindSpore appends the format's suffix to a name that lacks it: the temporary name ends with it.
+    tmp = f"{path}.tmp.{fmt}"
     try:
-        ms.save_checkpoint(net, tmp, append_dict=append_dict)
+        ms.save_checkpoint(net, tmp, append_dict=append_dict, format=fmt)
         os.replace(tmp, path)
     finally:  # MindSpore writes through a temporary of its own; leave no partial file behind
         for leftover in glob.glob(glob.escape(path + ".tmp") + "*"):

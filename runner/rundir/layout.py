@@ -1,10 +1,10 @@
 """Every file name of a run directory, and the readers of its records: the one place either is spelled.
 
 A run directory holds, from the top: config.yaml (re-runnable), metrics.json, model.ckpt (the final
-weights), last_good.ckpt (after a NaN stop), loss_scale.csv, resume.json (what the last resume changed),
-history.json (every resume),
-.runner.complete (written last), rank_logs/ (data parallel), and checkpoints/ with step_<N>.ckpt,
-latest.json (which one is the latest and the best) and val_curve.json. No MindSpore import here: the
+weights; model.safetensors with checkpoint.format=safetensors), last_good.ckpt (after a NaN stop),
+loss_scale.csv, resume.json (what the last resume changed), history.json (every resume), .runner.complete
+(written last), rank_logs/ (data parallel), and checkpoints/ with step_<N>.ckpt, latest.json (which one is
+the latest and the best) and val_curve.json. No MindSpore import here: the
 run directory is claimed before MindSpore loads.
 """
 
@@ -22,6 +22,9 @@ from runner.errors import ConfigError
 CONFIG = "config.yaml"
 METRICS = "metrics.json"
 MODEL = "model.ckpt"
+MODEL_SAFETENSORS = "model.safetensors"  # the final weights with checkpoint.format=safetensors
+FINAL_NAMES = {"ckpt": MODEL, "safetensors": MODEL_SAFETENSORS}
+CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")  # the files MindSpore's load_checkpoint reads
 LAST_GOOD = "last_good.ckpt"
 LOSS_SCALE = "loss_scale.csv"
 RESUME_RECORD = "resume.json"
@@ -52,6 +55,15 @@ class RunDir:
     @property
     def model(self) -> str:
         return os.path.join(self.path, MODEL)
+
+    def final_weights(self, fmt: str = "ckpt") -> str:
+        """Where a run writes its final weights in checkpoint.format fmt (model.ckpt, model.safetensors)."""
+        return os.path.join(self.path, FINAL_NAMES[str(fmt)])
+
+    def saved_final(self) -> Optional[str]:
+        """The final weights the run saved (model.ckpt or model.safetensors, the newer if both), or None."""
+        found = [p for p in (os.path.join(self.path, n) for n in FINAL_NAMES.values()) if os.path.isfile(p)]
+        return max(found, key=os.path.getmtime) if found else None
 
     @property
     def last_good(self) -> str:
@@ -312,15 +324,22 @@ def read_state(ckpt_dir: str) -> dict:
     return state
 
 
+def file_format(path: str) -> str:
+    """MindSpore's name for a checkpoint file's format, by its suffix: safetensors or ckpt."""
+    return "safetensors" if str(path).endswith(".safetensors") else "ckpt"
+
+
 def read_checkpoint(path: str, context: str = "") -> dict:
-    """MindSpore's own checkpoint reader (never pickle); a ConfigError when the file is not a checkpoint.
+    """MindSpore's own checkpoint reader (never pickle), .ckpt or .safetensors by the file's suffix; a ConfigError
+    when the file is not a checkpoint.
 
     context prefixes the message with the setting that named the file (e.g. "resume: ").
     """
     import mindspore as ms
 
     try:
-        return ms.load_checkpoint(path)
+        # load_checkpoint refuses a .safetensors file unless told its format (MindSpore 2.10).
+        return ms.load_checkpoint(path, format=file_format(path))
     except (ValueError, RuntimeError, OSError, TypeError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"{context}{path} cannot be read as a MindSpore checkpoint ({first}).") from None

@@ -20,10 +20,12 @@ from runner.errors import ConfigError, UserError
 from runner.rundir.atomic import write_json
 from runner.rundir.claim import check_new_dir
 from runner.rundir.layout import (
+    CHECKPOINT_SUFFIXES,
     CHECKPOINTS,
     CONFIG,
     LAST_GOOD,
     MODEL,
+    MODEL_SAFETENSORS,
     STATE,
     RunDir,
     StateProblem,
@@ -105,13 +107,15 @@ def load_config(run_dir: str, data_overrides=None):
 
 
 def checkpoint_path(run_dir: str, ckpt: str) -> str:
-    """The file `ckpt=` names: final (model.ckpt), last or best (checkpoints/latest.json), or a path."""
+    """The file `ckpt=` names: final (model.ckpt or model.safetensors), last or best (checkpoints/latest.json), or
+    a path."""
     run = RunDir(run_dir)
     ckpt = str(ckpt)
     if ckpt == "final":
-        if not os.path.isfile(run.model):
-            raise ConfigError(f"ckpt=final: {run_dir} has no {MODEL}. {_available(run)}")
-        return run.model
+        final = run.saved_final()
+        if final is None:
+            raise ConfigError(f"ckpt=final: {run_dir} has no {MODEL} (nor {MODEL_SAFETENSORS}). {_available(run)}")
+        return final
     if ckpt in ("last", "best"):
         try:
             state = read_state(run.checkpoints)
@@ -134,19 +138,19 @@ def checkpoint_path(run_dir: str, ckpt: str) -> str:
 
 
 def source_path(init_from: str) -> str:
-    """The checkpoint file init_from names: a .ckpt file, or a run directory's model.ckpt (else its
-    best or latest resumable checkpoint). Raises ConfigError when there is none."""
+    """The checkpoint file init_from names: a .ckpt or .safetensors file, or a run directory's final weights (else
+    its best or latest resumable checkpoint). Raises ConfigError when there is none."""
     path = os.path.abspath(os.path.expanduser(str(init_from)))
     if os.path.isfile(path):
         return path
     if os.path.isdir(path):
         run = RunDir(path)
-        if os.path.isfile(run.model):
-            return run.model
+        if run.saved_final() is not None:
+            return str(run.saved_final())
         if not os.path.exists(run.state):
             raise ConfigError(
-                f"init_from={init_from}: the directory {path} holds no {MODEL} and no checkpoints/{STATE}; "
-                "name a .ckpt file or a finished run directory."
+                f"init_from={init_from}: the directory {path} holds no {MODEL} (or {MODEL_SAFETENSORS}) and no "
+                f"checkpoints/{STATE}; name a .ckpt or .safetensors file or a finished run directory."
             )
         try:
             state = read_state(run.checkpoints)
@@ -172,9 +176,9 @@ def init_from_problems(cfg):
 
 
 def _available(run: RunDir) -> str:
-    found = [n for n in (MODEL, LAST_GOOD) if os.path.isfile(os.path.join(run.path, n))]
+    found = [n for n in (MODEL, MODEL_SAFETENSORS, LAST_GOOD) if os.path.isfile(os.path.join(run.path, n))]
     if os.path.isdir(run.checkpoints):
-        found += sorted(f"{CHECKPOINTS}/{n}" for n in os.listdir(run.checkpoints) if n.endswith(".ckpt"))
+        found += sorted(f"{CHECKPOINTS}/{n}" for n in os.listdir(run.checkpoints) if n.endswith(CHECKPOINT_SUFFIXES))
     if not found:
         return "The run saved no checkpoint (save_checkpoint=false, or it stopped before saving)."
     return (

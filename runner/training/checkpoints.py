@@ -31,7 +31,16 @@ from mindspore.train import Callback
 
 from runner.errors import ConfigError, Interrupted
 from runner.rundir.atomic import save_checkpoint, write_json
-from runner.rundir.layout import STATE, RunDir, StateProblem, has_checkpoint, read_checkpoint, read_state, step_files
+from runner.rundir.layout import (
+    CHECKPOINT_SUFFIXES,
+    STATE,
+    RunDir,
+    StateProblem,
+    has_checkpoint,
+    read_checkpoint,
+    read_state,
+    step_files,
+)
 from runner.rundir.resume_check import in_place, wants_resume
 from runner.rundir.run_state import RunState
 from runner.training.interrupts import FinalPhaseInterrupted, signal_name
@@ -278,16 +287,17 @@ def find_resume(resume, run_dir: str) -> dict:
     for ckpt_dir in (RunDir(path).checkpoints, path):
         if os.path.isdir(ckpt_dir) and has_checkpoint(ckpt_dir):
             return _read_state(ckpt_dir)
-    if os.path.isfile(path) and path.endswith(".ckpt"):
+    if os.path.isfile(path) and path.endswith(CHECKPOINT_SUFFIXES):
         params = _load(path)
         if STEP_KEY not in params:
             raise ConfigError(
                 f"resume={resume}: {path} was not written by the runner's checkpointer (it has no step; "
-                "model.ckpt holds only the final weights, the resumable ones are in checkpoints/)."
+                "model.ckpt and model.safetensors hold only the final weights, the resumable ones are in "
+                f"checkpoints/: resume={os.path.dirname(path)} continues the run)."
             )
         step = int(params[STEP_KEY].asnumpy())
         return {"path": path, "global_step": step}
-    raise ConfigError(f"resume={resume}: no checkpoints/{STATE} or .ckpt file there to resume from.")
+    raise ConfigError(f"resume={resume}: no checkpoints/{STATE} or step_*.ckpt file there to resume from.")
 
 
 def _load(path: str) -> dict:

@@ -16,6 +16,7 @@ from mindspore import nn
 from runner.amp.fp32_islands import match_cells
 from runner.datasets.errors import error_reason
 from runner.errors import ConfigError
+from runner.rundir.layout import file_format
 from runner.rundir.saved_run import CLASSES, recorded_classes, source_path
 from runner.training.checkpoints import usable_weights
 
@@ -125,7 +126,7 @@ def load_matching(net, init_from: str, classes: Optional[list] = None) -> dict:
     """
     path = source_path(init_from)
     try:
-        params = ms.load_checkpoint(path)
+        params = ms.load_checkpoint(path, format=file_format(path))
     except (ValueError, RuntimeError, OSError) as e:
         raise ConfigError(
             f"init_from={init_from}: {path} cannot be read as a MindSpore checkpoint ({error_reason(e)})."

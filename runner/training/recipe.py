@@ -661,13 +661,19 @@ class Recipe:
         return m
 
     def _save_model(self, m: RunMetrics) -> Optional[OSError]:
-        """Write model.ckpt (atomically) and name it in the metrics; the error when it could not be written,
-        so metrics.json never names a checkpoint that does not exist (a full disk)."""
+        """Write the final weights (model.ckpt, or model.safetensors by checkpoint.format) atomically and name them
+        in the metrics; the error when they could not be written, so metrics.json never names a checkpoint that
+        does not exist (a full disk). A resume that changed the format leaves one file of final weights."""
+        run = RunDir(self.env.run_dir)
+        path = run.final_weights(str(self.cfg.checkpoint.format))
         try:
-            save_checkpoint(self.net, RunDir(self.env.run_dir).model)
+            save_checkpoint(self.net, path)
+            for other in (run.final_weights(f) for f in ("ckpt", "safetensors")):
+                if other != path and os.path.exists(other):
+                    os.remove(other)
         except OSError as e:
             return e
-        m.files.checkpoint = RunDir(self.env.run_dir).model
+        m.files.checkpoint = path
         return None
 
     def interrupted_after_training(self, signum: int) -> NoReturn:
