@@ -14,13 +14,18 @@ Everything is imported on first use (module __getattr__): `import runner.models`
 
 import atexit
 import importlib
+import os
 import sys
 from typing import Any
 
-from runner.cli.starting import catch_signals_while_starting
+# First thing in a command (`runner-train`, `python -m runner`, `python -m runner.evaluate`): a signal during
+# its imports ends it in one line (runner/cli/starting.py). Only then: a notebook's `import runner.models`
+# loads no part of the command line and keeps Python's own handlers. sys.argv[0] is "-m" while `python -m`
+# imports the package the module is in.
+if sys.argv and (sys.argv[0] == "-m" or os.path.basename(sys.argv[0]).startswith(("runner-", "msrun-"))):
+    from runner.cli.starting import catch_signals_while_starting
 
-# First thing in a command (`runner-train`, `python -m runner`): a signal during its imports ends it in one line.
-catch_signals_while_starting()
+    catch_signals_while_starting()
 
 __all__ = [
     "compose",

@@ -312,25 +312,42 @@ def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_bloc
     assert asked.blocked_body and {getattr(c, "bk_path", "onednn") for _, c in asked.cells_and_names()} == {"onednn"}
     x, y = rand(4, 3, size, size, seed=7), Tensor(np.array([1, 2, 3, 4], np.int32))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    results = []
+    steps = []
     for net in (blocked_net, plain_net):
         with_loss = nn.WithLossCell(net, loss)
         with_loss.set_train(True)
         grads = ops.GradOperation(get_by_list=True)(with_loss, with_loss.trainable_params())(x, y)
-        step = nn.TrainOneStepCell(with_loss, nn.Momentum(net.trainable_params(), 0.1, 0.9))
-        step.set_train(True)
-        losses = [float(step(x, y).asnumpy()) for _ in range(3)]  # the weights and running stats move
+        steps.append(
+            (net, [g.asnumpy() for g in grads], nn.TrainOneStepCell(with_loss, nn.SGD(net.trainable_params(), 0.1)))
+        )
+    assert_close(steps[0][1], steps[1][1])  # every parameter's gradient (BatchNorm's gamma and beta too)
+
+    def state(net):
+        return {p.name: p.asnumpy().copy() for p in net.get_parameters()}
+
+    def load(net, values):
+        ms.load_param_into_net(net, {k: ms.Parameter(Tensor(v), name=k) for k, v in values.items()})
+
+    # Each step starts both from the blocked net's state, and one step is compared: two trajectories of
+    # their own part at the first ReLU whose input the two summation orders put on either side of zero
+    # (measured under ONEDNN_MAX_CPU_ISA=AVX2: states 7e-7 apart after two momentum steps, then a kink on the
+    # line between them moved layer1.1.conv1's gradient by 0.08, where 1e-7 noise in any other direction
+    # moved it by 4e-7). From one state the two differ by their rounding only (measured ~1e-6).
+    for _ in range(3):  # the weights and running statistics move
+        start = state(blocked_net)
+        load(plain_net, start)
+        losses = []
+        for _, _, step in steps:
+            step.set_train(True)
+            losses.append(float(step(x, y).asnumpy()))
+        np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+        after = state(blocked_net), state(plain_net)
+        assert_close(list(after[0].values()), list(after[1].values()))  # parameters, moving means and variances
+        assert any(not np.array_equal(after[0][k], start[k]) for k in start if "moving" in k)
+    load(plain_net, state(blocked_net))
+    for net, _, _ in steps:
         net.set_train(False)
-        results.append(([g.asnumpy() for g in grads], losses, [p.asnumpy() for p in net.get_parameters()], net(x)))
-    (ga, la, pa, ea), (gb, lb, pb, eb) = results
-    assert_close(ga, gb)  # every parameter's gradient (BatchNorm's gamma and beta too)
-    # Three SGD steps later (lr 0.1, batch 4) the two summation orders have moved apart, as any two algorithms'
-    # do. Measured on a 2-core AMD EPYC with AVX-512 and AVX512_BF16 (2026-12-04, both cases): losses 2.9e-6
-    # apart (relative), parameters 3.5e-6 and evaluation outputs 1.2e-5 (relative to max(1, |value|)); the
-    # tolerance is that spread with room for another CPU's kernel order, and 1000x below a wrong operator's.
-    np.testing.assert_allclose(la, lb, rtol=1e-4)
-    assert_close(pa, pb, tol=1e-4)  # parameters, moving means and variances
-    assert_close([ea.asnumpy()], [eb.asnumpy()], tol=1e-4)  # evaluation: running statistics
+    assert_close([blocked_net(x).asnumpy()], [plain_net(x).asnumpy()])  # evaluation: running statistics
 
 
 def test_bottleneck_block_on_the_blocked_body_equals_its_plain_construct(graph_and_block):

@@ -171,9 +171,10 @@ def test_labels_outside_model_classes(tmp_path):
 
 
 def _small_disk(path):
-    """A 48 KiB file system at path: room for a run's config and metrics, not for a checkpoint."""
+    """A 64 KiB file system at path: room for a run's config and metrics, not for a checkpoint (each of the
+    run's dozen small files takes a 4 KiB tmpfs block, and the TINY checkpoint does not fit)."""
     path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(path)]).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)]).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     return path
 

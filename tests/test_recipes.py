@@ -11,7 +11,16 @@ RECIPES = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml") i
 
 
 def _needs(name, tmp_path):
-    """What a user must add on the command line: the data, and for fine-tuning the weights."""
+    """What a user must add on the command line: the data, and for fine-tuning the weights.
+
+    A dry run checks that the files and folders the recipe's source reads are there (it opens none), so
+    the root gets the layout a download has: CIFAR-10's binary files, or an image folder's splits."""
+    if name.startswith("cifar10"):
+        for n in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+            (tmp_path / n).write_bytes(b"")
+    else:
+        for split in ("train", "val"):
+            (tmp_path / split).mkdir()
     if name != "finetune_mindcv":
         return [f"data.root={tmp_path}"]
     weights = tmp_path / "weights.ckpt"

@@ -59,16 +59,26 @@ def test_an_optuna_sweep_is_not_continued(tmp_path):
 def _kill_during_second_job(sweep, args):
     cmd = [sys.executable, "-m", "runner", "-m", f"hydra.sweep.dir={sweep}", *args]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 600
-    # Job 1 is mid-way: its first epoch's checkpoint is written, the second epoch runs.
-    while not (sweep / "1" / "checkpoints" / "step_00000044.ckpt").exists():
-        assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
-        time.sleep(0.05)
-    time.sleep(0.5)
-    holder = (sweep / "1" / ".runner.rundir.lock").read_text().split()[1]  # the job's own process
+    deadline, job = time.time() + 600, sweep / "1"
+    lock, latest = job / ".runner.rundir.lock", job / "checkpoints" / "latest.json"
+
+    def wait_for(path):
+        while not path.exists():
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.005)
+
+    wait_for(lock)
+    while len(lock.read_text().split()) < 2:  # created, not yet written
+        time.sleep(0.005)
+    holder = int(lock.read_text().split()[1])  # the job's own process
+    # Job 1 is mid-way: its first epoch's checkpoint is recorded, the second epoch runs. That epoch takes
+    # ~0.2 s on these tiny shapes, so the job is frozen the moment the record appears (a sleep lost the race).
+    wait_for(latest)
+    os.kill(holder, signal.SIGSTOP)
     os.kill(proc.pid, signal.SIGKILL)  # the node is gone: the sweep's process and its job's, no handler runs
-    os.kill(int(holder), signal.SIGKILL)
+    os.kill(holder, signal.SIGKILL)
     proc.communicate(timeout=60)
+    assert json.loads(latest.read_text())["global_step"] == 44, "frozen after epoch 1's record, not later"
 
 
 @pytest.mark.slow

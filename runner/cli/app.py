@@ -246,6 +246,21 @@ def _catch_interrupts() -> None:
     # own handler as SIGINT. This is also why a SIGINT ignored at start (a background job of a script)
     # stops the command: `kill -INT` is a request to stop (docs/checkpoints.md).
     route_sigint()
+    sys.unraisablehook = _signal_again_if_swallowed
+
+
+def _signal_again_if_swallowed(unraisable, _python_hook=sys.unraisablehook) -> None:
+    """Python ignores an exception raised while a __del__ runs: a KeyboardInterrupt from _on_signal landing in
+    one (a MindSpore Cell collected while the run ends, seen in CI) printed "Exception ignored in: <function
+    Cell.__del__>" and a traceback, and the signal was lost. Deliver it again 10 ms later, outside the
+    finalizer: its handler then raises in the code the collection interrupted, which unwinds as any interrupt
+    does. (A timer's SIGALRM, not the signal itself: raised here, its handler would run inside this hook.)"""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _interrupted:
+        signum = int(_interrupted)
+        signal.signal(signal.SIGALRM, lambda _alarm, frame: _on_signal(signum, frame))
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        return
+    _python_hook(unraisable)
 
 
 def _check_then_run(app: HydraApp, checks, argv, prints: bool, run_hydra: Callable[[], None]) -> None:

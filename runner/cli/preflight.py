@@ -625,9 +625,13 @@ def compose_like_hydra(app, args) -> list:
             params = base.hydra.sweeper.get("params") or {}
             # As Hydra's multirun: the sweeper gets the task's overrides, load_sweep_config puts the hydra ones first.
             arguments = [f"{k}={v}" for k, v in params.items()] + _as_written(base.hydra.overrides.task)
-            if str(base.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
-                from runner.rundir.sweep_jobs import check_distinct
+            # Only where a job's directory is the one its configuration names (training's runner_sweep_job):
+            # evaluate/predict/export number theirs, so a repeated job there is a second, separate result.
+            from runner.rundir.sweep_jobs import RESOLVER, check_distinct
 
+            sweep = OmegaConf.to_container(base.hydra.sweep, resolve=False)
+            by_config = isinstance(sweep, dict) and RESOLVER in str(sweep.get("subdir", ""))
+            if by_config and str(base.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
                 check_distinct(_job_overrides(parser, arguments))
             return configs + _jobs_to_check(hydra, config_name, base, parser, arguments)
         except COMPOSE_ERRORS as e:

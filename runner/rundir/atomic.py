@@ -22,9 +22,14 @@ def finite_or_str(obj):
 def write_json(path: str, data: dict) -> None:
     """Write data as JSON through a temporary file renamed into place."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk or a signal mid-write: no half-written temporary left beside the file
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def save_checkpoint(net, path: str, append_dict=None) -> None:

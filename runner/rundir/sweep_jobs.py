@@ -207,8 +207,13 @@ def check_distinct(job_overrides: List[List[str]]) -> None:
 def claim_sweep(sweep_cfg) -> None:
     """Lock the sweep directory for this process (held until it exits); UserError naming the process that
     holds it. A directory only the run can name (${now:...}) is a new one: nothing to claim."""
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    # Resolved here, ${now:...} names a directory the sweep itself will not use (it resolves it again later).
+    sweep = OmegaConf.to_container(sweep_cfg.hydra.sweep, resolve=False)
+    if isinstance(sweep, dict) and "${now:" in str(sweep.get("dir", "")):
+        return
     try:
         sweep_dir = os.path.abspath(str(sweep_cfg.hydra.sweep.dir))
     except OmegaConfBaseException:

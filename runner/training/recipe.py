@@ -650,9 +650,14 @@ class Recipe:
                     cfg, env.conv["path"], m.timing.step_time_median_ms, m.timing.compile_seconds, m.resources.flops
                 )
         except OSError as e:
+            kept = (
+                "metrics.json and the files already there are complete"
+                if os.path.exists(RunDir(env.run_dir).metrics)
+                else "the files already there are complete; metrics.json could not be written"
+            )
             raise UserError(
                 f"Could not write the run's outputs in {env.run_dir}: {e}. Free space or choose another "
-                "hydra.run.dir; metrics.json and the files already there are complete."
+                f"hydra.run.dir; {kept}."
             ) from None
         screen.end_status()
         if o.failure:
