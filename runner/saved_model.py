@@ -30,7 +30,7 @@ def set_up_device(cfg: Any) -> str:
 
 
 def prepare_cache(
-    cfg: Any, target: str, purpose: str, extra: Optional[Dict[str, Any]], data: Any, classes: int
+    cfg: Any, target: str, purpose: str, extra: Optional[Dict[str, Any]], data: Any, classes: int, net: Any
 ) -> None:
     """The compile cache for a command's graphs (evaluate, export), before the first compiles: keyed on the run's
     config, the command's settings in `extra` and what the data decides about the graphs
@@ -47,7 +47,14 @@ def prepare_cache(
     ]
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
     _cache[purpose] = compile_cache.prepare(
-        cfg, purpose=purpose, graphs=graphs, target=target, conv=str(cfg.model.conv), isa=str(isa), extra=extra
+        cfg,
+        purpose=purpose,
+        graphs=graphs,
+        target=target,
+        conv=str(cfg.model.conv),
+        isa=str(isa),
+        extra=extra,
+        cells=(net,),
     )
 
 
@@ -164,7 +171,7 @@ def open_run(
     data, net = build(cfg, batch_size, classes)
     record = load_weights(net, params, path, cfg)
     if purpose is not None:
-        prepare_cache(cfg, target, purpose, extra, data, classes or data.num_classes)
+        prepare_cache(cfg, target, purpose, extra, data, classes or data.num_classes, net)
     return SavedRun(cfg, target, data, net, record)
 
 

@@ -25,11 +25,12 @@ log = logging.getLogger("runner")
 ENABLE_VAR = "MS_COMPILER_CACHE_ENABLE"
 PATH_VAR = "MS_COMPILER_CACHE_PATH"
 RECORD = "compile.json"  # in the key's directory: the compile time of the run that filled it
-# Config keys that do not reach a graph: naming, logging, files, the seed of the data order and the initial
-# weights (parameters, not graph constants), optim.lr (the schedule's `learning_rate` Parameter:
-# runner/training/optim.py). The data's location, size and augmentation reach the graphs only through what
-# the sequence records (`graphs`: input shape, classes, soft labels, steps per epoch, validation batches).
-# Everything else is in the key.
+# Config keys that do not reach a graph by themselves: naming, logging, files, the seed of the data order and
+# the initial weights (parameters), optim.lr (the schedule's `learning_rate` Parameter: runner/training/optim.py).
+# The data's location, size and augmentation reach the graphs only through what the sequence records
+# (`graphs`: input shape, classes, soft labels, steps per epoch, validation batches). Everything else is in the
+# key, and so are the constants the built cells hold (graph_constants): where one of these keys does reach a
+# graph after all (min_lr/lr inside a cosine schedule, the seed inside a Dropout), it is there as a constant.
 NOT_IN_GRAPH = (
     "experiment_name",
     "logger",
@@ -101,6 +102,59 @@ def _layers():
     return [runner.models, runner.datasets]
 
 
+_SCALARS = (int, float, bool, str, type(None))
+# Cell attributes MindSpore itself sets as a cell is called or wrapped, not constants of its graph (the train
+# and eval graphs' difference is the sequence's `graph`).
+_BOOKKEEPING = frozenset({"training", "arguments_key", "is_top_cell", "grad_ops_label", "cell_type"})
+# Primitive attributes that hold a random seed: a graph with one depends on the run's seed.
+_SEED_ATTRS = ("seed", "seed2", "Seed0", "Seed1")
+
+
+def _plain(value, depth: int = 0):
+    """`value` if it is a scalar or a (nested) sequence of them, else None."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, (tuple, list)) and depth < 3:
+        items = [_plain(v, depth + 1) for v in value]
+        return items if all(i is not None or v is None for i, v in zip(items, value)) else None
+    return None
+
+
+def graph_constants(*cells) -> list:
+    """What the built cells put into their graphs as constants: for every cell (network, optimizer and its
+    schedule, the train step's wrappers), its class and its public scalar attributes (a conv's chosen path,
+    a schedule's min_lr/lr, a BatchNorm's momentum), and every primitive it holds with its attributes (a
+    Dropout's seeds, a Custom operator's library path). The key hashes this list: a setting that changes a
+    graph's constant changes the key without being listed anywhere."""
+    from mindspore.ops.primitive import Primitive
+
+    out: list = []
+    seen: set = set()
+    for root_cell in cells:
+        if root_cell is None:
+            continue
+        for name, cell in root_cell.cells_and_names():
+            if id(cell) in seen:
+                continue
+            seen.add(id(cell))
+            attrs, prims = {}, []
+            for k, v in sorted(vars(cell).items()):
+                if k.startswith("_") or k in _BOOKKEEPING:
+                    continue
+                if isinstance(v, Primitive):
+                    func = getattr(v, "func", None)  # a Custom operator's "library.so:Function"
+                    prims.append([k, type(v).__name__, {a: str(x) for a, x in sorted(v.attrs.items())}, str(func)])
+                elif _plain(v) is not None or v is None:
+                    attrs[k] = _plain(v)
+            out.append([name, f"{type(cell).__module__}.{type(cell).__qualname__}", attrs, prims])
+    return out
+
+
+def holds_seeds(constants: list) -> bool:
+    """Whether a primitive among `constants` (graph_constants) takes a random seed."""
+    return any(any(a in p[2] for a in _SEED_ATTRS) for entry in constants for p in entry[3])
+
+
 def graph_config(cfg) -> dict:
     """The resolved config less NOT_IN_GRAPH: what the key hashes."""
     from omegaconf import OmegaConf
@@ -115,12 +169,27 @@ def graph_config(cfg) -> dict:
     return tree
 
 
-def key(cfg, *, purpose: str, graphs: list, target: str, rank: int, world: int, conv: str, isa: str, extra=None) -> str:
+def key(
+    cfg,
+    *,
+    purpose: str,
+    graphs: list,
+    target: str,
+    rank: int,
+    world: int,
+    conv: str,
+    isa: str,
+    extra=None,
+    constants: Optional[list] = None,
+) -> str:
     """The directory name for these graphs: MindSpore's version, the runner's source, the graph-relevant
     config, the command (`purpose`, with its own settings in `extra`), the sequence of graphs the process
-    compiles through the cache (`graphs`), device, rank, conv path, ISA cap and the GRAPH_SWITCHES set."""
+    compiles through the cache (`graphs`), device, rank, conv path, ISA cap, the GRAPH_SWITCHES set and the
+    built cells' constants (graph_constants). The seed joins it where a primitive takes a seed, and for a zoo
+    model, whose construct (not ours to read) may call a random function that bakes one in."""
     import mindspore as ms
 
+    seeded = holds_seeds(constants or []) or cfg.model.get("style") == "mindcv"
     parts = {
         "mindspore": ms.__version__,
         "source": source_digest(),
@@ -133,6 +202,8 @@ def key(cfg, *, purpose: str, graphs: list, target: str, rank: int, world: int, 
         "conv": conv,
         "isa": isa,
         "switches": {name: os.environ.get(name, "") for name in GRAPH_SWITCHES},
+        "constants": constants or [],
+        "seed": cfg.get("seed") if seeded else None,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -142,6 +213,28 @@ def root(cfg) -> Path:
     from runner.models.onednn import cache_dir
 
     return Path(cfg.compile_cache.dir).expanduser() if cfg.compile_cache.dir else cache_dir() / "compile-cache"
+
+
+def unsafe_reason(top: Path) -> Optional[str]:
+    """Why another user could change what the cache directory `top` holds, or None. A cached graph names the
+    operator library it loads: whoever can write an entry (or swap the directory) chooses the code the next
+    run executes. So `top` must be this user's and writable by no one else, and no directory above it may
+    let others replace it (writable by others without the sticky bit that /tmp has)."""
+    uid = os.getuid()
+    st = top.stat()
+    if st.st_uid != uid:
+        return f"{top} belongs to another user (uid {st.st_uid}), who could put graphs there that load their code"
+    if st.st_mode & 0o022:
+        return (
+            f"{top} is writable by other users (mode {st.st_mode & 0o777:o}): a graph there names the library it "
+            f"loads, so they could make this run execute their code; make it private (chmod 700 {top}) or set "
+            "compile_cache.dir to a directory of your own"
+        )
+    for parent in top.resolve().parents:
+        pst = parent.stat()
+        if pst.st_mode & 0o002 and not pst.st_mode & 0o1000:
+            return f"{parent}, above {top}, is writable by everyone without the sticky bit: anyone could replace it"
+    return None
 
 
 def _graphs(where: Path) -> dict:
@@ -270,17 +363,41 @@ def prepare(
     conv: str = "",
     isa: str = "",
     extra=None,
+    cells=(),
 ):
     """Point MindSpore's compile cache at this key's directory just before the first of `graphs` compiles
     (nothing compiled earlier in the process goes through it); the record finish() completes
-    ({"state": "off"|"filling"|"reusing", "dir", "key", ...})."""
+    ({"state": "off"|"filling"|"reusing", "dir", "key", ...}). `cells`: the built cells whose graphs these are
+    (network, train step), whose constants join the key."""
     why = _refusal(cfg, graphs)
     if why is not None:
         return _off(why or "compile_cache.enabled=false or mode=pynative", quiet=not why)
-    k = key(cfg, purpose=purpose, graphs=graphs, target=target, rank=rank, world=world, conv=conv, isa=isa, extra=extra)
-    where = root(cfg) / k
+    constants = graph_constants(*cells)
+    k = key(
+        cfg,
+        purpose=purpose,
+        graphs=graphs,
+        target=target,
+        rank=rank,
+        world=world,
+        conv=conv,
+        isa=isa,
+        extra=extra,
+        constants=constants,
+    )
+    top = root(cfg)
+    where = top / k
     try:
-        where.mkdir(parents=True, exist_ok=True)
+        top.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not cfg.compile_cache.dir and top.stat().st_uid == os.getuid():
+            top.chmod(0o700)  # the runner's own directory, made private (an older runner made it with the umask)
+        unsafe = unsafe_reason(top)
+        if unsafe:
+            log.warning(
+                "compile cache off: %s; compiling without it (docs/compile-cache.md#a-private-directory).", unsafe
+            )
+            return _off(unsafe, quiet=True)
+        where.mkdir(mode=0o700, exist_ok=True)
         probe = where / f".write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()

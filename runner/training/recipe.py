@@ -227,6 +227,7 @@ class Recipe:
             world=env.world,
             conv=env.conv["path"],
             isa=str(env.isa.get("value")),
+            cells=(self.trainer.step_cell, self.net),
         )
 
     def finish_cache(self, compile_seconds: Optional[float], complete: bool) -> dict:
