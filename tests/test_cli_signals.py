@@ -302,13 +302,19 @@ def test_a_signal_at_each_moment_of_a_run_is_one_line_and_a_true_record(tmp_path
     assert info.status == status and re.search(detail, info.detail), info
 
 
-def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command():
+@pytest.mark.parametrize("handler", ["cli", "final_phase"])
+def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command(handler):
     # CI: SIGTERM while the run ended landed in a MindSpore Cell's __del__; Python printed "Exception ignored
     # in: <function Cell.__del__>" with a traceback and dropped the signal. The CLI's handler stays in charge.
     code = (
         "import os, signal\n"
         "from runner.cli import app\n"
+        "from runner.training.interrupts import FinalPhaseInterrupted\n"
         "app._catch_interrupts()\n"
+        "def final_phase(signum, frame):\n"
+        "    raise FinalPhaseInterrupted(signum)\n"
+        f"if {handler!r} == 'final_phase':\n"
+        "    signal.signal(signal.SIGTERM, final_phase)  # the run's own handler after training\n"
         "class Collected:\n"
         "    def __del__(self):\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -320,6 +326,8 @@ def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command():
         "    print('the signal was lost')\n"
         "except KeyboardInterrupt:\n"
         "    print('stopped by', app.interrupt_signal())\n"
+        "except FinalPhaseInterrupted as e:\n"
+        "    print('stopped by', e.signum)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == f"stopped by {int(signal.SIGTERM)}", proc.stdout + proc.stderr

@@ -25,7 +25,7 @@ from runner.cli import argv as argv_checks
 from runner.cli import hydra_seam
 from runner.cli.starting import catch_signals_while_exiting, exit_interrupted, take_back
 from runner.errors import Interrupted, print_user_error, user_errors
-from runner.training.interrupts import note_signal, route_sigint
+from runner.training.interrupts import FinalPhaseInterrupted, note_signal, route_sigint
 
 # The signal (SIGINT or SIGTERM) that reached this process through the CLI's own handler; False: none.
 _interrupted: "int | bool" = False
@@ -250,14 +250,21 @@ def _catch_interrupts() -> None:
 
 
 def _signal_again_if_swallowed(unraisable, _python_hook=sys.unraisablehook) -> None:
-    """Python ignores an exception raised while a __del__ runs: a KeyboardInterrupt from _on_signal landing in
-    one (a MindSpore Cell collected while the run ends, seen in CI) printed "Exception ignored in: <function
-    Cell.__del__>" and a traceback, and the signal was lost. Deliver it again 10 ms later, outside the
-    finalizer: its handler then raises in the code the collection interrupted, which unwinds as any interrupt
-    does. (A timer's SIGALRM, not the signal itself: raised here, its handler would run inside this hook.)"""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _interrupted:
-        signum = int(_interrupted)
-        signal.signal(signal.SIGALRM, lambda _alarm, frame: _on_signal(signum, frame))
+    """Python ignores an exception raised while a __del__ runs: an interrupt landing in one (a MindSpore Cell
+    collected while the run ends, seen in CI) printed "Exception ignored in: <function Cell.__del__>" and a
+    traceback, and the signal was lost. Raise it again 10 ms later, outside the finalizer, in the code the
+    collection interrupted, which then unwinds as any interrupt does. That holds for the CLI's KeyboardInterrupt
+    and for the run's own FinalPhaseInterrupted (a signal in the final phase, runner/training/checkpoints.py),
+    whose handler has already given way. (A timer's SIGALRM, not the signal itself: raised here, its handler
+    would run inside this hook.)"""
+    error = unraisable.exc_value
+    ours = isinstance(error, FinalPhaseInterrupted) or (isinstance(error, KeyboardInterrupt) and _interrupted)
+    if ours:
+
+        def again(_alarm, frame):
+            raise error
+
+        signal.signal(signal.SIGALRM, again)
         signal.setitimer(signal.ITIMER_REAL, 0.01)
         return
     _python_hook(unraisable)
