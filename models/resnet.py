@@ -9,6 +9,7 @@ from mindspore import nn, ops
 
 from runner.models.blocked import bn_blocked
 from runner.models.conv import conv, conv_output_size, max_pool
+from runner.models.fp16 import declare, edge
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,25 @@ def shortcut(cin, cout, stride, size, path):
     return nn.SequentialCell([conv1x1(cin, cout, stride, size, path), nn.BatchNorm2d(cout)])
 
 
+def _cbr(conv_cell, bn, x):
+    """bn(conv(x)) with each output rounded where the cell has FP16 numerics (models/fp16.py)."""
+    return edge(bn, bn(edge(conv_cell, conv_cell(x))))
+
+
+def _identity(down, x):
+    """The shortcut's output on a plain tensor: x, or the projection (rounded as `_cbr` where flagged)."""
+    if down is None:
+        return x
+    if getattr(down[0], "fp16_edges", False):
+        return _cbr(down[0], down[1], x)
+    return down(x)  # through the SequentialCell itself: hooks and AMP's casts on it see the call
+
+
+def _bk_cbr(conv_cell, bn, x, relu: bool):
+    """`_cbr` on a blocked tensor, the ReLU fused into the BatchNorm when `relu`."""
+    return edge(bn, bn_blocked(bn, edge(conv_cell, conv_cell.blocked(x)), relu))
+
+
 class BasicBlock(nn.Cell):
     """Two 3x3 convolutions with an identity (or 1x1 projection) shortcut."""
 
@@ -49,17 +69,17 @@ class BasicBlock(nn.Cell):
         self.down = shortcut(cin, cout, stride, size, path)
 
     def construct(self, x):
-        identity = x if self.down is None else self.down(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+        identity = _identity(self.down, x)
+        out = self.relu(_cbr(self.conv1, self.bn1, x))
+        out = _cbr(self.conv2, self.bn2, out)
+        return edge(self, self.relu(out + identity))
 
     def blocked(self, x):
         """construct on a blocked body's tensor (models/blocked.py): BatchNorm+ReLU and add+ReLU fused."""
-        identity = x if self.down is None else bn_blocked(self.down[1], self.down[0].blocked(x), False)
-        out = bn_blocked(self.bn1, self.conv1.blocked(x), True)
-        out = bn_blocked(self.bn2, self.conv2.blocked(out), False)
-        return self.bk_add_relu(out, identity)
+        identity = x if self.down is None else _bk_cbr(self.down[0], self.down[1], x, False)
+        out = _bk_cbr(self.conv1, self.bn1, x, True)
+        out = _bk_cbr(self.conv2, self.bn2, out, False)
+        return edge(self, self.bk_add_relu(out, identity))
 
 
 class Bottleneck(nn.Cell):
@@ -81,19 +101,19 @@ class Bottleneck(nn.Cell):
         self.down = shortcut(cin, cout, stride, size, path)
 
     def construct(self, x):
-        identity = x if self.down is None else self.down(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+        identity = _identity(self.down, x)
+        out = self.relu(_cbr(self.conv1, self.bn1, x))
+        out = self.relu(_cbr(self.conv2, self.bn2, out))
+        out = _cbr(self.conv3, self.bn3, out)
+        return edge(self, self.relu(out + identity))
 
     def blocked(self, x):
         """construct on a blocked body's tensor, as BasicBlock.blocked."""
-        identity = x if self.down is None else bn_blocked(self.down[1], self.down[0].blocked(x), False)
-        out = bn_blocked(self.bn1, self.conv1.blocked(x), True)
-        out = bn_blocked(self.bn2, self.conv2.blocked(out), True)
-        out = bn_blocked(self.bn3, self.conv3.blocked(out), False)
-        return self.bk_add_relu(out, identity)
+        identity = x if self.down is None else _bk_cbr(self.down[0], self.down[1], x, False)
+        out = _bk_cbr(self.conv1, self.bn1, x, True)
+        out = _bk_cbr(self.conv2, self.bn2, out, True)
+        out = _bk_cbr(self.conv3, self.bn3, out, False)
+        return edge(self, self.bk_add_relu(out, identity))
 
 
 def stem_max_pool(padding: str = "same") -> nn.MaxPool2d:
@@ -146,6 +166,15 @@ class ResNet(nn.Cell):
         self.large_stem = large_stem
         self.body_layout = "nchw"  # or the blocked body's oneDNN format, e.g. nChw16c (attach_blocked)
         self._blocked = False
+        # The cells models/fp16.py rounds at (off: FP32; amp.dtype=float16 on a CPU turns them on).
+        declare(
+            [self]
+            + [
+                c
+                for _, c in self.cells_and_names()
+                if isinstance(c, (nn.Conv2d, nn.BatchNorm2d, BasicBlock, Bottleneck))
+            ]
+        )
         if conv_path in ("onednn", "best") and any(
             getattr(c, "path", "") == "onednn" for _, c in self.cells_and_names()
         ):
@@ -164,17 +193,31 @@ class ResNet(nn.Cell):
         return self._blocked
 
     def construct(self, x):
+        # amp.dtype=float16 on a CPU (models/fp16.py): the image rounded as O2's cast at the root rounds it,
+        # unless the stem is an FP32 island; the pooled features rounded as the FP16 head would read them.
+        x = edge(self.stem[0], x)
         if self._blocked and x.dtype == mstype.float32:
-            return self.head(self.mean(self.body_blocked(x), (2, 3)))
-        x = self.layer3(self.layer2(self.layer1(self.stem(x))))
+            return self.head(edge(self, self.mean(self.body_blocked(x), (2, 3))))
+        if getattr(self, "fp16_edges", False):
+            x = self.stem_rounded(x)
+        else:
+            x = self.stem(x)
+        x = self.layer3(self.layer2(self.layer1(x)))
         if self.layer4 is not None:
             x = self.layer4(x)
-        return self.head(self.mean(x, (2, 3)))
+        return self.head(edge(self, self.mean(x, (2, 3))))
+
+    def stem_rounded(self, x):
+        """The stem on a plain tensor with its outputs rounded where flagged (models/fp16.py)."""
+        x = self.stem[2](_cbr(self.stem[0], self.stem[1], x))
+        if self.large_stem:
+            x = self.stem[3](x)
+        return x
 
     def body_blocked(self, x):
         """Stem to last stage on oneDNN's blocked memory: the image in (the stem convolution reads it
         plain), plain NCHW out, for the global pool."""
-        x = bn_blocked(self.stem[1], self.stem[0].blocked(x), True)
+        x = _bk_cbr(self.stem[0], self.stem[1], x, True)
         if self.large_stem:
             x = self.bk_pool(x, self.bk_pool_params)[0]
         for block in self.layer1.cell_list:

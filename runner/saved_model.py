@@ -182,8 +182,11 @@ def inference_net(net: Any, cfg: Any, amp: bool, target: str, out_dir: str) -> T
     reproduces it; the exported network is the FP32 one.
     """
     from runner.amp import build_loss_net, resolve_level  # loads MindSpore
+    from runner.config.amp_dtype import resolve_dtype
 
     level = resolve_level(cfg.amp.level, target) if amp else "O0"
-    out, _ = build_loss_net(net, level, list(cfg.amp.keep_fp32), out_dir)  # as training builds it
+    dtype = resolve_dtype(cfg.amp.get("dtype", "auto"), level, target)
+    # As training builds it (amp.dtype=float16 on a CPU: the FP32 body rounded at its edges).
+    out, _ = build_loss_net(net, level, list(cfg.amp.keep_fp32), out_dir, dtype=dtype, device_target=target)
     out.set_train(False)
     return out, level

@@ -43,6 +43,7 @@ TYPOS = [
     ("sink.sink_sise=4", "sink_sise"),
     ("batch_size=abc", "could not be converted to Integer"),
     ("amp.level=O7", "Invalid value 'O7'"),
+    ("amp.dtype=fp8", "Invalid value 'fp8'"),
 ]
 
 

@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from typing import Optional
 
 from mindspore import JitConfig, Model, nn
 from mindspore import dtype as mstype
@@ -13,6 +14,8 @@ from mindspore.rewrite.symbol_tree import symbol_tree
 
 from runner.amp.fp32_islands import keep_fp32, match_cells
 from runner.amp.train_step import JIT_STEPS, FP32Logits, ScaledTrainStep, drops_overflow
+from runner.config.amp_dtype import resolve_dtype
+from runner.models import fp16
 from runner.models.blocked import plain_body
 
 log = logging.getLogger("runner")
@@ -27,6 +30,8 @@ class AmpUsed:
     native_loss_scale_cell: bool
     keep_fp32: list
     drops_overflow: bool  # whether a step whose gradients overflow skips its update
+    amp_dtype_used: str = "float32"  # float32 (O0), float16 or bfloat16
+    amp_compute: Optional[dict] = None  # what each part computes in (compute_parts)
 
 
 @dataclass
@@ -40,7 +45,8 @@ class Trainer:
 
 
 def resolve_level(level: str, device_target: str) -> str:
-    """`auto` means O2 where FP16 is fast (GPU/Ascend) and O0 on CPU, where FP16 convs run slower."""
+    """`auto` means O2 where 16-bit compute is fast (GPU/Ascend) and O0 on CPU: no 16-bit type computes faster
+    than the runner's FP32 body there (docs/amp.md#on-a-cpu; amp.dtype=float16 at O2 costs about as much as O0)."""
     if level != "auto":
         return str(level)
     return "O0" if device_target == "CPU" else "O2"
@@ -89,11 +95,46 @@ def _rewrites_into(run_dir: str):
         sys.path[:] = path
 
 
-def wrap_amp(net, level: str, keep: list, run_dir: str):
-    """Apply the AMP level to net with the cells named by `keep` (amp.keep_fp32) left FP32."""
+def fast_fp16(net, level: str, dtype: str, device_target: str) -> bool:
+    """Whether AMP runs as FP16 numerics on the FP32 fast path (models/fp16.py): O2/O3 float16 on a CPU, for
+    the networks that round at their edges (the runner's ResNets). O1 and other networks run MindSpore's AMP."""
+    return device_target == "CPU" and level in ("O2", "O3") and dtype == "float16" and fp16.supports(net)
+
+
+def compute_parts(net, level: str, dtype: str, device_target: str) -> dict:
+    """What each part of the network computes in, for metrics.json (amp_compute)."""
+    if level == "O0":
+        return {"body": "float32", "batchnorm": "float32", "head": "float32", "loss": "float32"}
+    if fast_fp16(net, level, dtype, device_target):
+        rounded = "float32 compute, activations and their gradients rounded to float16 at each operator's edges"
+        return {"body": rounded, "batchnorm": rounded, "head": "float32 (input rounded to float16)", "loss": "float32"}
+    bn = dtype if level == "O3" else "float32"
+    body = dtype if level != "O1" else f"{dtype} (white-listed ops: convolutions, matmuls), float32 elsewhere"
+    return {"body": body, "batchnorm": bn, "head": dtype if level != "O1" else body, "loss": "float32"}
+
+
+def wrap_amp(net, level: str, keep: list, run_dir: str, dtype: str = "float16", device_target: str = ""):
+    """Apply the AMP level to net with the cells named by `keep` (amp.keep_fp32) left FP32.
+
+    dtype: float16 or bfloat16 (resolved amp.dtype). device_target "CPU" with float16 at O2/O3 keeps the
+    FP32 fast body and rounds at its edges (`fast_fp16`); empty (tests, the diagnosis probe) or another
+    device runs MindSpore's `auto_mixed_precision`."""
     cells = match_cells(net, keep)  # checked at every level, so a typo fails under O0 too
     if level == "O0":
         return net
+    if fast_fp16(net, level, dtype, device_target):
+        left = fp16.enable(net, [c for _, c in cells])
+        if cells:
+            log.info("amp.keep_fp32: %s stay FP32 (unrounded) under %s float16", [n for n, _ in cells], level)
+        log.debug("amp %s float16 on CPU: FP32 body rounded at its edges; unrounded: %s", level, left)
+        return net
+    if device_target == "CPU" and dtype == "float16":
+        log.warning(
+            "amp=%s float16 on CPU for %s runs MindSpore's float16 kernels (FP16 numerics at a fraction of FP32 "
+            "speed): only the runner's ResNets round at their edges on the FP32 fast path.",
+            level,
+            type(net).__name__,
+        )
     # A blocked body (models/blocked.py) is float32 and opaque to AMP's casts and rewrite: plain under AMP.
     plain_body(net)
     if level == "O1":
@@ -102,7 +143,7 @@ def wrap_amp(net, level: str, keep: list, run_dir: str):
             cell.to_float(mstype.float32)
     # Parameters stay FP32 (master weights); casts are inserted around the FP16 compute.
     with _rewrites_into(run_dir):
-        amp_net = auto_mixed_precision(net, level)
+        amp_net = auto_mixed_precision(net, level, dtype=mstype.bfloat16 if dtype == "bfloat16" else mstype.float16)
     if level in ("O2", "O3") and cells:
         keep_fp32(amp_net, [c for _, c in cells])
     if cells:
@@ -115,9 +156,11 @@ def eval_cell(logits) -> nn.Cell:
     return nn.WithEvalCell(logits, loss_fn())
 
 
-def build_loss_net(net, level: str, keep: list, run_dir: str, label_smoothing: float = 0.0):
+def build_loss_net(
+    net, level: str, keep: list, run_dir: str, label_smoothing: float = 0.0, dtype: str = "float16", device_target=""
+):
     """(FP32-logits network, loss network) as training runs them: the one place both are built."""
-    logits = FP32Logits(wrap_amp(net, level, keep, run_dir))
+    logits = FP32Logits(wrap_amp(net, level, keep, run_dir, dtype, device_target))
     return logits, nn.WithLossCell(logits, loss_fn(label_smoothing))
 
 
@@ -152,7 +195,17 @@ def build_trainer(
     scale_type = str(amp_cfg.loss_scale.type)
     if amp_cfg.level == "auto" and level == "O0":
         scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
-    logits, loss_net = build_loss_net(net, level, list(amp_cfg.keep_fp32), run_dir, label_smoothing)
+    dtype = resolve_dtype(amp_cfg.dtype, level, device_target)
+    parts = compute_parts(net, level, dtype, device_target)  # before wrapping: O1's rewrite replaces the net
+    logits, loss_net = build_loss_net(
+        net, level, list(amp_cfg.keep_fp32), run_dir, label_smoothing, dtype, device_target
+    )
+    if dtype == "bfloat16" and scale_type != "none":
+        log.info(
+            "amp.dtype=bfloat16: the %s loss scale is kept and traced as configured; bfloat16 has FP32's exponent "
+            "range, so amp.loss_scale.type=none would do",
+            scale_type,
+        )
     native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
     step = _train_step(loss_net, optimizer, amp_cfg.loss_scale, scale_type, native, mode, jit_level, grad_stats, update)
     # One eval cell for both Models: the train Model validates during Model.fit (runner/training/validation.py)
@@ -165,6 +218,8 @@ def build_trainer(
         native_loss_scale_cell=native and scale_type == "dynamic",
         keep_fp32=list(amp_cfg.keep_fp32),
         drops_overflow=drops_overflow(scale_type, amp_cfg.loss_scale.drop_overflow_update),
+        amp_dtype_used=dtype,
+        amp_compute=parts,
     )
     if mode == "graph" and jit_level != "auto":
         # Per cell rather than set_context(jit_config=...): the Python API may run several runs in one process.

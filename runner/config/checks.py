@@ -8,6 +8,7 @@ from enum import Enum
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.config.amp_dtype import amp_problems
 from runner.config.callables import target_allowed, target_refusal
 from runner.config.isa import check_cpu_isa
 from runner.config.schema import (
@@ -195,6 +196,7 @@ def _problems(cfg):
     yield from _augment_problems(cfg)
     yield from _range_problems(cfg)
     yield from _idle_setting_problems(cfg)
+    yield from amp_problems(cfg)
 
 
 def _value_problems(cfg):

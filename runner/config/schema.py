@@ -41,6 +41,12 @@ class AmpLevel(Choice):
     auto = "auto"
 
 
+class AmpDtype(Choice):
+    auto = "auto"  # float16 on GPU/Ascend and, under an explicit level, on a CPU (runner/config/amp_dtype.py)
+    float16 = "float16"
+    bfloat16 = "bfloat16"  # GPU/Ascend; refused on a CPU (no bfloat16 kernels there yet)
+
+
 class LossScaleType(Choice):
     none = "none"
     fixed = "fixed"
@@ -112,6 +118,8 @@ class LossScaleConfig:
 @dataclass
 class AmpConfig:
     level: AmpLevel = MISSING
+    # The 16-bit type of O1-O3 (docs/amp.md#dtype): auto, float16, bfloat16 (GPU/Ascend only).
+    dtype: AmpDtype = AmpDtype.auto
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
     # Cell names kept FP32 under O1-O3 (dotted, prefix or glob; see runner/fp32_islands.py).
     keep_fp32: List[str] = field(default_factory=list)

@@ -93,9 +93,16 @@ def sweep_notes(rows: list) -> list:
             if groups == {"amp"} and ma.amp_level_used == "O0" and mb.amp_level_used != "O0":
                 slow, fast = mb.throughput_samples_per_s, ma.throughput_samples_per_s
                 if slow is not None and fast is not None and slow < fast:
+                    why = ""
+                    if mb.device_target == "CPU":
+                        # docs/amp.md#on-a-cpu: float16 O2/O3 there is FP16 numerics on the FP32 path, no faster.
+                        why = (
+                            " On a CPU no 16-bit type computes faster than FP32 yet: AMP there buys FP16's "
+                            "numerics (overflow, loss scale), not speed (docs/amp.md#on-a-cpu)."
+                        )
                     notes.append(
                         f"AMP {mb.amp_level_used} (#{b.job}) ran at {slow:.0f} samples/s, slower than O0 "
-                        f"(#{a.job}, {fast:.0f}) on {mb.device_target}."
+                        f"(#{a.job}, {fast:.0f}) on {mb.device_target}.{why}"
                     )
             timed = None not in (ma.step_time_median_ms, mb.step_time_median_ms, mb.compile_seconds)
             if groups == {"mode"} and ma.mode == "pynative" and mb.mode in ("graph", "jit") and timed:

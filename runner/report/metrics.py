@@ -84,6 +84,8 @@ class Precision:
     """Mixed precision as run: the level, the loss scale, the NaN guard, the gradient statistics."""
 
     amp_level_used: str = "O0"
+    amp_dtype_used: str = "float32"  # float32 (O0), float16, bfloat16
+    amp_compute: dict = field(default_factory=dict)  # body, batchnorm, head, loss: what each computes in
     loss_scale_type_used: str = "none"
     native_loss_scale_cell: bool = False  # MindSpore's TrainOneStepWithLossScaleCell (GPU/Ascend)
     keep_fp32: List[str] = field(default_factory=list)

@@ -118,7 +118,9 @@ def make_plan(cfg) -> RunPlan:
     conv, target, data, net, steps, optimizer = _build(cfg)
     parameters, trainable, state = _value_counts(net, optimizer, ema=bool(cfg.ema.decay))
     fwd = forward_flops_per_sample(net, data.channels, data.height, data.width)
-    act_bytes = 2 if str(cfg.amp.level).upper() in ("O2", "O3") else 4
+    # 16-bit activations under O2/O3, except on a CPU: there float16 runs the FP32 body rounded at its edges
+    # (docs/amp.md#on-a-cpu) and bfloat16 is refused, so activations are FP32 as under O0.
+    act_bytes = 2 if str(cfg.amp.level).upper() in ("O2", "O3") and target != "CPU" else 4
     per_sample_mb = fwd["activations"] * act_bytes * ACTIVATION_FACTOR / 2**20
     built = current_rss_mb()
     grads_mb = trainable * 4 / 2**20

@@ -330,12 +330,20 @@ class Recipe:
             metrics=partial(evaluation_metrics, cfg.model.num_classes or data.num_classes),
             jit_level=env.jit_level,
         )
-        if trainer.used.amp_level_used != "O0" and env.target == "CPU":
-            log.warning(
-                "AMP %s on CPU runs slower than O0 (FP16 convolutions compute in FP32 and cast); "
-                "it is here for numerics, not speed.",
-                trainer.used.amp_level_used,
-            )
+        used = trainer.used
+        if used.amp_level_used != "O0" and env.target == "CPU":
+            if "rounded" in str((used.amp_compute or {}).get("body", "")):
+                log.info(
+                    "AMP %s float16 on CPU: FP16 numerics (overflow, loss scale) on the FP32 fast path, at about "
+                    "O0's speed; it is here for numerics, not speed (docs/amp.md#on-a-cpu).",
+                    used.amp_level_used,
+                )
+            else:
+                log.warning(
+                    "AMP %s on CPU runs MindSpore's float16 kernels, slower than O0 (docs/amp.md#on-a-cpu); "
+                    "it is here for numerics, not speed.",
+                    used.amp_level_used,
+                )
 
     def resume(self) -> None:
         """The resume record, the train cell's state and the data's position restored from it, and the run
@@ -563,6 +571,8 @@ class Recipe:
         used, checks = self.trainer.used, self.step_checks
         return Precision(
             amp_level_used=used.amp_level_used,
+            amp_dtype_used=used.amp_dtype_used,
+            amp_compute=used.amp_compute or {},
             loss_scale_type_used=used.loss_scale_type_used,
             native_loss_scale_cell=used.native_loss_scale_cell,
             keep_fp32=used.keep_fp32,
