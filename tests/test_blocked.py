@@ -199,7 +199,8 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
 # 3x3 on 2x2 maps (layer4's), a strided one to 1x1, a 1x1 map; and 3x3 on 3x3, where the dense matrix is not
 # dense (corner pixels share no tap): the operator is exact for any geometry, dense_feasible only decides where
 # it pays. winograd-dw (the weight gradient): 4x4 maps (layer3's), with channels no multiple of a block and
-# more tiles than threads, and 2x2 (every tile at once); an odd map of few channels (in chunks); where the
+# more tiles than threads (in chunks), and 2x2; 96 x 100 channels, whose dU (16 x 96 x 104 floats) is too
+# large for a thread's chunked sum (every tile at once); an odd map of few channels (in chunks); where the
 # operator's shapes rule it out (a stride, a 1x1 kernel) oneDNN's kernel computes it, and must give the same.
 # winograd (all three passes): channels no multiple of a block, a map no multiple of the 2x2 tile (9x9: edge
 # tiles cut), more tiles than a thread's chunk (16x16, 64 channels, batch 8: chunks that end inside an image,
@@ -215,6 +216,7 @@ def test_blocked_convolution_matches_nn_conv2d_forward_and_both_backward_passes(
         ("winograd-dw", (12, 20, 3, 1, 1, 4, 3)),
         ("winograd-dw", (40, 24, 3, 1, 1, 4, 5)),
         ("winograd-dw", (16, 16, 3, 1, 1, 2, 2)),
+        ("winograd-dw", (96, 100, 3, 1, 1, 4, 3)),
         ("winograd-dw", (8, 12, 3, 1, 1, 3, 2)),
         ("winograd-dw", (8, 12, 3, 2, 1, 4, 2)),
         ("winograd-dw", (8, 12, 1, 1, 0, 4, 2)),

@@ -1002,171 +1002,6 @@ void run_matmul(const Prim &p, const Md &a_md, void *a, const Md &b_md, void *b,
   execute(p.pd, p.prim, {{DNNL_ARG_SRC, ma.m}, {DNNL_ARG_WEIGHTS, mb.m}, {DNNL_ARG_DST, mo.m}}, what);
 }
 
-// ---- Winograd backward-weights (blocked.conv_op(winograd_dw=True)): the weight gradient of a 3x3, stride-1,
-// pad-1 convolution on small blocked maps as Winograd's F(2x2, 3x3). The forward is Y = A^T [U . V] A per
-// 2x2 output tile, U = G w G^T, V = B^T d B (d: the tile's 4x4 input window); its exact gradient is
-// dw = G^T dU G with dU = sum over tiles of (A dY A^T) . V: one batched matmul, 16 transform points x
-// (O x tiles) x (tiles x C), which multiplies 16 values per tile and channel pair where the direct kernel
-// multiplies 36. Why: oneDNN's direct backward-weights kernel is at its slowest on 4x4 maps (ResNet-18's
-// layer3 at 64 px: 135-210 GFLOP/s against 290-320 for the forward, 2-core Zen 4); this took 4.6-5.5 against
-// 5.5-7.2 ms there alone (2 threads, 256 channels, batch 64), ~4.5 against 9.4-10.4 in training. On 8x8
-// maps (layer2, 128 channels) 6.1-6.5 against 7.2-7.3 in training, though alone it did not clearly pay
-// (5.5-6.4 against 5.2-5.3), its transforms writing 16 MB. Beyond 8x8, layers of few channels take the
-// chunked version below (winof_backward_weights), others oneDNN's kernel.
-struct Wino {
-  int64_t n, c, o, h, w, b, cp, op, th, tw, t;
-  Prim mm;
-  Md m_t, v, u;                   // (A dY A^T)^T, V, dU as the matmul sees them
-  std::vector<float> vb, mb, ub;  // their buffers, kept between calls (their pages stay faulted in)
-};
-using WinoKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // n c o h w b
-std::map<WinoKey, std::unique_ptr<Wino>> winos;
-
-Wino *get_wino(const WinoKey &key) {
-  std::lock_guard<std::mutex> g(cache_m);
-  auto it = winos.find(key);
-  if (it != winos.end()) return it->second.get();  // null: its matmul could not be made
-  auto wn = std::make_unique<Wino>();
-  auto [n, c, o, h, w, b] = key;
-  wn->n = n, wn->c = c, wn->o = o, wn->h = h, wn->w = w, wn->b = b;
-  wn->cp = (c + b - 1) / b * b, wn->op = (o + b - 1) / b * b, wn->th = h / 2, wn->tw = w / 2;
-  wn->t = n * wn->th * wn->tw;
-  dnnl_dims_t m_d = {16, wn->op, wn->t}, v_d = {16, wn->t, wn->cp}, u_d = {16, wn->op, wn->cp};
-  wn->m_t.init(m_d, dnnl_acb, dnnl_f32, 3);  // held as (16, tiles, O): read transposed
-  wn->v.init(v_d, dnnl_abc, dnnl_f32, 3);
-  wn->u.init(u_d, dnnl_abc, dnnl_f32, 3);
-  try {
-    matmul_pd(wn->mm, wn->m_t, wn->v, wn->u, "Winograd backward-weights matmul");
-  } catch (const Failure &) {
-    winos[key] = nullptr;  // said once (the caller prints it); later calls of this shape go to oneDNN's kernel
-    throw;
-  }
-  wn->vb.resize(static_cast<size_t>(16 * wn->t * wn->cp));
-  wn->mb.resize(static_cast<size_t>(16 * wn->t * wn->op));
-  wn->ub.resize(static_cast<size_t>(16 * wn->op * wn->cp));
-  Wino *raw = wn.get();
-  winos[key] = std::move(wn);
-  return raw;
-}
-
-// V[xi][tile][c] = (B^T d B)[xi] for image i's tiles, one channel block (b <= 16 lanes) at a time; the input
-// window reads zeros outside the map (the padding).
-VECTOR_CLONES void wino_input(const Wino *wn, const float *x, int64_t i, float *v) {
-  const int64_t b = wn->b, nb = wn->cp / b, h = wn->h, w = wn->w, stride = wn->t * wn->cp;
-  const float zeros[16] = {};
-  for (int64_t cb = 0; cb < nb; ++cb)
-    for (int64_t ty = 0; ty < wn->th; ++ty)
-      for (int64_t tx = 0; tx < wn->tw; ++tx) {
-        const float *d[4][4];
-        for (int r = 0; r < 4; ++r)
-          for (int q = 0; q < 4; ++q) {
-            const int64_t y = 2 * ty + r - 1, xx = 2 * tx + q - 1;
-            d[r][q] = y >= 0 && y < h && xx >= 0 && xx < w ? x + (((i * nb + cb) * h + y) * w + xx) * b : zeros;
-          }
-        float t[4][4][16];
-        for (int q = 0; q < 4; ++q)
-          for (int64_t k = 0; k < b; ++k) {
-            t[0][q][k] = d[0][q][k] - d[2][q][k];
-            t[1][q][k] = d[1][q][k] + d[2][q][k];
-            t[2][q][k] = d[2][q][k] - d[1][q][k];
-            t[3][q][k] = d[1][q][k] - d[3][q][k];
-          }
-        const int64_t tile = (i * wn->th + ty) * wn->tw + tx;
-        for (int r = 0; r < 4; ++r) {
-          float *o = v + (r * 4 * wn->t + tile) * wn->cp + cb * b;
-          for (int64_t k = 0; k < b; ++k) {
-            o[k] = t[r][0][k] - t[r][2][k];
-            o[stride + k] = t[r][1][k] + t[r][2][k];
-            o[2 * stride + k] = t[r][2][k] - t[r][1][k];
-            o[3 * stride + k] = t[r][1][k] - t[r][3][k];
-          }
-        }
-      }
-}
-
-// M[xi][tile][o] = (A g A^T)[xi] for image i's 2x2 output-gradient tiles g.
-VECTOR_CLONES void wino_grad(const Wino *wn, const float *dy, int64_t i, float *m) {
-  const int64_t b = wn->b, nb = wn->op / b, h = wn->h, w = wn->w, stride = wn->t * wn->op;
-  for (int64_t ob = 0; ob < nb; ++ob)
-    for (int64_t ty = 0; ty < wn->th; ++ty)
-      for (int64_t tx = 0; tx < wn->tw; ++tx) {
-        const float *g[2][2];
-        for (int r = 0; r < 2; ++r)
-          for (int q = 0; q < 2; ++q) g[r][q] = dy + (((i * nb + ob) * h + 2 * ty + r) * w + 2 * tx + q) * b;
-        float a[4][2][16];
-        for (int q = 0; q < 2; ++q)
-          for (int64_t k = 0; k < b; ++k) {
-            a[0][q][k] = g[0][q][k];
-            a[1][q][k] = g[0][q][k] + g[1][q][k];
-            a[2][q][k] = g[0][q][k] - g[1][q][k];
-            a[3][q][k] = -g[1][q][k];
-          }
-        const int64_t tile = (i * wn->th + ty) * wn->tw + tx;
-        for (int r = 0; r < 4; ++r) {
-          float *o = m + (r * 4 * wn->t + tile) * wn->op + ob * b;
-          for (int64_t k = 0; k < b; ++k) {
-            o[k] = a[r][0][k];
-            o[stride + k] = a[r][0][k] + a[r][1][k];
-            o[2 * stride + k] = a[r][0][k] - a[r][1][k];
-            o[3 * stride + k] = -a[r][1][k];
-          }
-        }
-      }
-}
-
-// G^T x G for b lanes of 4x4 points x: the 3x3 kernels of `count` (<= b) input channels, written to out
-// (count x 3 x 3), as dw holds them.
-inline __attribute__((always_inline)) void fold_3x3(const float (&x)[4][4][16], int64_t b, int64_t count,
-                                                     float *out) {
-  float t[3][4][16], r9[3][3][16];
-  for (int q = 0; q < 4; ++q)
-    for (int64_t k = 0; k < b; ++k) {
-      t[0][q][k] = x[0][q][k] + 0.5f * (x[1][q][k] + x[2][q][k]);
-      t[1][q][k] = 0.5f * (x[1][q][k] - x[2][q][k]);
-      t[2][q][k] = 0.5f * (x[1][q][k] + x[2][q][k]) + x[3][q][k];
-    }
-  for (int r = 0; r < 3; ++r)
-    for (int64_t k = 0; k < b; ++k) {
-      r9[r][0][k] = t[r][0][k] + 0.5f * (t[r][1][k] + t[r][2][k]);
-      r9[r][1][k] = 0.5f * (t[r][1][k] - t[r][2][k]);
-      r9[r][2][k] = 0.5f * (t[r][1][k] + t[r][2][k]) + t[r][3][k];
-    }
-  for (int64_t k = 0; k < count; ++k)
-    for (int r = 0; r < 3; ++r)
-      for (int q = 0; q < 3; ++q) out[k * 9 + r * 3 + q] = r9[r][q][k];
-}
-
-// dw[o][c][3][3] = G^T dU[.][o][c] G for output channel o, b input channels at a time.
-VECTOR_CLONES void wino_output(const Wino *wn, const float *u, int64_t o, float *dw) {
-  const int64_t b = wn->b, c = wn->c, plane = wn->op * wn->cp;
-  for (int64_t c0 = 0; c0 < c; c0 += b) {
-    float x[4][4][16];
-    for (int p = 0; p < 16; ++p) {
-      const float *src = u + p * plane + o * wn->cp + c0;
-      for (int64_t k = 0; k < b; ++k) x[p / 4][p % 4][k] = src[k];
-    }
-    fold_3x3(x, b, std::min(b, c - c0), dw + (o * c + c0) * 9);
-  }
-}
-
-// The Winograd problem of a backward-weights call, or null where it does not apply (then the direct kernel
-// runs): x and dy blocked alike (b <= 16), float32, a 3x3 kernel, stride 1, pad 1 on every side, no
-// dilation, groups or "same", an output as large as the input with even sides, at most 8x8 (where it pays).
-// runner/report/flops.py conv_path mirrors this rule for what metrics.json reports.
-Wino *wino_of(int *ndims, int64_t **shapes, const char **dtypes, void **params) {
-  if (ndims[0] != 5 || ndims[1] != 5 || ndims[2] != 4 || ndims[3] != 1 || shapes[3][0] != 10) return nullptr;
-  for (int i : {0, 1, 2})
-    if (std::strcmp(dtypes[i], "float32") != 0) return nullptr;
-  const int64_t *x = shapes[0], *dy = shapes[1], *w = shapes[2], *p = static_cast<int64_t *>(params[3]);
-  const int64_t b = x[4];
-  if (b < 1 || b > 16 || dy[4] != b || w[2] != 3 || w[3] != 3) return nullptr;
-  if (p[0] != 1 || p[1] != 1 || p[2] != 1 || p[3] != 1 || p[4] != 1 || p[5] != 1) return nullptr;
-  if (p[6] != 1 || p[7] != 1 || p[8] != 1 || p[9]) return nullptr;
-  if ((w[1] + b - 1) / b != x[1] || (w[0] + b - 1) / b != dy[1] || dy[0] != x[0]) return nullptr;
-  if (dy[2] != x[2] || dy[3] != x[3] || x[2] % 2 || x[3] % 2 || x[2] * x[3] > 64) return nullptr;
-  return get_wino(WinoKey{x[0], w[1], w[0], x[2], x[3], b});
-}
-
 // ---- Winograd F(2x2, 3x3) forward and backward-data (blocked.conv_op(winograd=True)): 3x3, stride-1, pad-1
 // convolutions on blocked maps of 8x8 and more. Each 2x2 output tile is Y = A^T [U . V] A with V = B^T d B
 // (d: the tile's 4x4 input window) and U = G g G^T: 16 transform points, at each of them a matmul over the
@@ -1187,9 +1022,12 @@ struct WinoF {
   std::vector<float> u;  // (16, cip, cop): the call's transformed weights, kept so its pages stay faulted in
   Prim mm;               // a chunk's 16 matmuls as one batched matmul, run by one thread
   Md v, uw, m;
-  Prim dw_mm;  // backward weights in chunks (winof_backward_weights), made at its first call
-  Md m_t, du;
-  std::vector<std::vector<float>> dw_parts;  // each thread's dU
+  Prim dw_mm;  // backward weights (winof_backward_weights), made at its first call: per chunk, or all tiles
+  Md m_t, v_all, du;
+  bool dw_whole = false;                     // dU too large for one per thread: every tile at once
+  bool dw_failed = false;                    // its matmul could not be made: oneDNN's kernel runs (said once)
+  std::vector<std::vector<float>> dw_parts;  // each thread's dU (one, in dw_whole)
+  std::vector<float> v_buf, m_buf;           // dw_whole: every tile's V and M, kept (their pages stay faulted in)
 };
 using WinoFKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // n ci co h w b
 std::map<WinoFKey, std::unique_ptr<WinoF>> winofs;
@@ -1426,13 +1264,23 @@ int winof_call(const char *name, int want, Pass pass, int x_at, int y_at, int w_
   });
 }
 
-// ---- The weight gradient in chunks (WinogradBackwardWeights on layers of few channels, e.g. ResNet-18's
-// 64-channel layer1 on 16x16 maps): each thread transforms a chunk of x's tiles (V) and dy's (M = A g A^T),
-// adds M^T . V into its own dU (16, cop, cip), all in its L2, and the threads' dU are summed and folded to
-// 3x3 at the end. Where dU is larger (128 channels and more) the unchunked Wino above runs on maps up to
-// 8x8, oneDNN's kernel beyond: a chunk's sum would stream dU through memory once per chunk. Measured in
-// training on that layer1: 5.7 ms a call against oneDNN's 6.6 (other processes, same hour).
+// ---- The weight gradient (WinogradBackwardWeights): the forward is Y = A^T [U . V] A per 2x2 output tile,
+// U = G w G^T, V = B^T d B; its exact gradient is dw = G^T dU G with dU = sum over tiles of (A dY A^T) . V,
+// 16 matmuls over the tiles, which multiply 16 values per tile and channel pair where the direct kernel
+// multiplies 36. Two schedules, the transforms the same (winof_input above, winof_grad below):
+// - in chunks, where dU (16, cop, cip) fits 512 KB (layers of few channels, e.g. ResNet-18's 64-channel
+//   layer1 on 16x16 maps): each thread transforms a chunk of x's tiles (V) and dy's (M = A g A^T), adds
+//   M^T . V into its own dU, all in its L2, and the threads' dU are summed and folded to 3x3 at the end.
+//   Measured in training on that layer1: 5.7 ms a call against oneDNN's 6.6 (other processes, same hour).
+// - every tile at once, where dU is larger (128 channels and more) on even maps up to 8x8: all tiles'
+//   V and M written out, one batched matmul on the pool (a chunk's sum would stream dU through memory once
+//   per chunk). Why: oneDNN's direct backward-weights kernel is at its slowest on 4x4 maps (ResNet-18's
+//   layer3 at 64 px: 135-210 GFLOP/s against 290-320 for the forward, 2-core Zen 4); this took 4.6-5.5
+//   against 5.5-7.2 ms there alone (2 threads, 256 channels, batch 64), ~4.5 against 9.4-10.4 in training.
+//   On 8x8 maps (layer2, 128 channels) 6.1-6.5 against 7.2-7.3 in training.
+// Elsewhere oneDNN's kernel runs. models/conv.py winograd_dw_runs mirrors this rule for flops.py.
 bool winof_dw_fits(const WinoF *wn) { return 16 * wn->cip * wn->cop * 4 <= 512 * 1024; }
+bool winof_dw_whole(const WinoF *wn) { return wn->h % 2 == 0 && wn->w % 2 == 0 && wn->h * wn->w <= 64; }
 
 // M[xi][tile - t0][o] = (A g A^T)[xi] for dy's 2x2 tiles g (blocked, cop channels) t0..t0+count, in planes
 // of `rows` rows; zeros outside the map (the forward dropped those outputs).
@@ -1471,6 +1319,28 @@ VECTOR_CLONES void winof_grad_any(const WinoF *wn, const float *dy, int64_t t0, 
   return winof_grad<8>(wn, dy, t0, count, rows, m);
 }
 
+// G^T x G for b lanes of 4x4 points x: the 3x3 kernels of `count` (<= b) input channels, written to out
+// (count x 3 x 3), as dw holds them.
+inline __attribute__((always_inline)) void fold_3x3(const float (&x)[4][4][16], int64_t b, int64_t count,
+                                                     float *out) {
+  float t[3][4][16], r9[3][3][16];
+  for (int q = 0; q < 4; ++q)
+    for (int64_t k = 0; k < b; ++k) {
+      t[0][q][k] = x[0][q][k] + 0.5f * (x[1][q][k] + x[2][q][k]);
+      t[1][q][k] = 0.5f * (x[1][q][k] - x[2][q][k]);
+      t[2][q][k] = 0.5f * (x[1][q][k] + x[2][q][k]) + x[3][q][k];
+    }
+  for (int r = 0; r < 3; ++r)
+    for (int64_t k = 0; k < b; ++k) {
+      r9[r][0][k] = t[r][0][k] + 0.5f * (t[r][1][k] + t[r][2][k]);
+      r9[r][1][k] = 0.5f * (t[r][1][k] - t[r][2][k]);
+      r9[r][2][k] = 0.5f * (t[r][1][k] + t[r][2][k]) + t[r][3][k];
+    }
+  for (int64_t k = 0; k < count; ++k)
+    for (int r = 0; r < 3; ++r)
+      for (int q = 0; q < 3; ++q) out[k * 9 + r * 3 + q] = r9[r][q][k];
+}
+
 // dw[o][c] (3x3) = G^T (sum of the parts' dU)[.][o][c] G for output channel o, b input channels at a time.
 VECTOR_CLONES void winof_dweight(const WinoF *wn, const std::vector<std::vector<float>> &parts, int np, int64_t o,
                                  float *dw) {
@@ -1486,14 +1356,24 @@ VECTOR_CLONES void winof_dweight(const WinoF *wn, const std::vector<std::vector<
   }
 }
 
-// Its matmul, made at the first call: dU[xi] (cop x cip) += M[xi]^T . V[xi] over one chunk's tiles.
-void winof_dw_pass(WinoF *wn) {
+// Its matmul, made at the first call: dU[xi] (cop x cip) += M[xi]^T . V[xi] over one chunk's tiles, or
+// dU[xi] = M[xi]^T . V[xi] over all tiles (whole).
+void winof_dw_pass(WinoF *wn, bool whole) {
   std::lock_guard<std::mutex> g(cache_m);
   if (wn->dw_mm.prim) return;
-  const int64_t c = wn->chunk, ms = plane_stride(c, wn->cop);
+  wn->dw_whole = whole;
+  const int64_t c = whole ? wn->tiles : wn->chunk, ms = plane_stride(c, wn->cop), vs = plane_stride(c, wn->cip);
   dnnl_dims_t m_d = {16, wn->cop, c}, m_s = {ms, 1, wn->cop}, u_d = {16, wn->cop, wn->cip};
+  dnnl_dims_t v_d = {16, c, wn->cip}, v_s = {vs, wn->cip, 1};
   wn->m_t.init_strides(m_d, m_s, 3);  // held as (16, tiles, O): read transposed
+  wn->v_all.init_strides(v_d, v_s, 3);
   wn->du.init(u_d, dnnl_abc, dnnl_f32, 3);
+  if (whole) {
+    matmul_pd(wn->dw_mm, wn->m_t, wn->v_all, wn->du, "Winograd backward-weights matmul");
+    wn->v_buf.resize(static_cast<size_t>(16 * vs));
+    wn->m_buf.resize(static_cast<size_t>(16 * ms));
+    return;
+  }
   dnnl_post_ops_t sum;
   check(dnnl_post_ops_create(&sum), "dnnl_post_ops_create");
   check(dnnl_post_ops_append_sum(sum, 1.0f, 0, dnnl_data_type_undef), "dnnl_post_ops_append_sum");
@@ -1501,15 +1381,35 @@ void winof_dw_pass(WinoF *wn) {
   dnnl_status_t st = dnnl_primitive_attr_set_post_ops(attr, sum);
   dnnl_post_ops_destroy(sum);
   if (st == dnnl_success)
-    st = dnnl_matmul_primitive_desc_create(&wn->dw_mm.pd, runtime().engine, wn->m_t.md, wn->v.md, nullptr,
+    st = dnnl_matmul_primitive_desc_create(&wn->dw_mm.pd, runtime().engine, wn->m_t.md, wn->v_all.md, nullptr,
                                            wn->du.md, attr);
   dnnl_primitive_attr_destroy(attr);
   check(st, "Winograd backward-weights matmul");
   check(dnnl_primitive_create(&wn->dw_mm.prim, wn->dw_mm.pd), "Winograd backward-weights matmul");
 }
 
+// Every tile at once: each thread transforms a contiguous run of tiles into the shared V and M, then one
+// matmul on the pool.
+void winof_dw_all_tiles(WinoF *wn, const float *x, const float *dy) {
+  const int64_t tiles = wn->tiles, runs = (tiles + 31) / 32;
+  wn->dw_parts.resize(1);
+  wn->dw_parts[0].resize(static_cast<size_t>(16 * wn->cop * wn->cip));
+  float *v = wn->v_buf.data(), *m = wn->m_buf.data();
+  per_output(runs, [&](int64_t r) {
+    const int64_t t0 = r * 32, count = std::min<int64_t>(32, tiles - t0);
+    winof_input_any(wn, x, t0, count, tiles, v + t0 * wn->cip);
+    winof_grad_any(wn, dy, t0, count, tiles, m + t0 * wn->cop);
+  });
+  run_matmul(wn->dw_mm, wn->m_t, m, wn->v_all, v, wn->du, wn->dw_parts[0].data(), "Winograd matmul");
+}
+
+// dw from x and dy (winof_dw_pass made its matmul).
 void winof_backward_weights(WinoF *wn, const float *x, const float *dy, float *dw) {
-  winof_dw_pass(wn);
+  if (wn->dw_whole) {
+    winof_dw_all_tiles(wn, x, dy);
+    per_output(wn->co, [&](int64_t o) { winof_dweight(wn, wn->dw_parts, 1, o, dw); });
+    return;
+  }
   const size_t du_size = static_cast<size_t>(16 * wn->cop * wn->cip);
   wn->dw_parts.resize(static_cast<size_t>(runtime().pool.get_num_threads()));
   for (auto &du : wn->dw_parts) du.assign(du_size, 0.0f);
@@ -1525,7 +1425,7 @@ void winof_backward_weights(WinoF *wn, const float *x, const float *dy, float *d
         std::fill(v.begin() + p * vs + count * wn->cip, v.begin() + p * vs + wn->chunk * wn->cip, 0.0f);
         std::fill(m.begin() + p * ms + count * wn->cop, m.begin() + p * ms + wn->chunk * wn->cop, 0.0f);
       }
-    return matmul_on(stream, wn->dw_mm, wn->m_t, m.data(), wn->v, v.data(), wn->du, wn->dw_parts[part].data());
+    return matmul_on(stream, wn->dw_mm, wn->m_t, m.data(), wn->v_all, v.data(), wn->du, wn->dw_parts[part].data());
   });
   per_output(wn->co, [&](int64_t o) { winof_dweight(wn, wn->dw_parts, parts, o, dw); });
 }
@@ -1697,36 +1597,34 @@ int WinogradForward(int nparam, void **params, int *ndims, int64_t **shapes, con
 }
 
 // Backward weights as ConvBackwardWeights (x, dy, w for its shape, geometry -> dw), by Winograd where
-// wino_of applies: blocked.conv_op(winograd_dw=True) asks for it on the layers where it pays.
+// winof_of applies and dU fits a thread's share (in chunks) or the map is even and at most 8x8 (every tile
+// at once), else oneDNN's kernel: blocked.conv_op(winograd_dw=True) asks for it on the layers where it pays.
 int WinogradBackwardWeights(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                             void *) {
-  Wino *wn = nullptr;
+  WinoF *wn = nullptr;
   try {
-    if (nparam == 5) wn = wino_of(ndims, shapes, dtypes, params);
-  } catch (const Failure &f) {  // its matmul could not be made: oneDNN's direct kernel computes the gradient
+    if (nparam == 5) wn = winof_of(ndims, shapes, dtypes, params, 0, 1, 2, 3, false);
+    if (wn && !wn->dw_failed && (winof_dw_fits(wn) || winof_dw_whole(wn))) {
+      try {
+        winof_dw_pass(wn, !winof_dw_fits(wn));
+      } catch (const Failure &) {
+        wn->dw_failed = true;
+        throw;
+      }
+    } else {
+      wn = nullptr;
+    }
+  } catch (const Failure &f) {  // a matmul could not be made: oneDNN's direct kernel computes the gradient
     std::fprintf(stderr, "model.conv blocked body: WinogradBackwardWeights: %s; oneDNN's kernel runs\n",
                  f.what.c_str());
+    wn = nullptr;
   }
-  if (!wn && nparam == 5) {
-    WinoF *wf = winof_of(ndims, shapes, dtypes, params, 0, 1, 2, 3, false);
-    if (wf && winof_dw_fits(wf))
-      return guarded("WinogradBackwardWeights", 5, nparam, [&] {
-        std::lock_guard<std::mutex> g(runtime().exec_m);
-        winof_backward_weights(wf, static_cast<float *>(params[0]), static_cast<float *>(params[1]),
-                               static_cast<float *>(params[4]));
-      });
-  }
-  if (!wn) return call("ConvBackwardWeights", 5, nparam, params, ndims, shapes, dtypes, BWD_WEIGHTS, 0, 1, 4, 3);
+  if (!wn)
+    return call("ConvBackwardWeights", 5, nparam, params, ndims, shapes, dtypes, BWD_WEIGHTS, 0, 1, 4, 3);
   return guarded("WinogradBackwardWeights", 5, nparam, [&] {
     std::lock_guard<std::mutex> g(runtime().exec_m);
-    const float *x = static_cast<float *>(params[0]), *dy = static_cast<float *>(params[1]);
-    per_output(wn->n, [&](int64_t i) {
-      wino_input(wn, x, i, wn->vb.data());
-      wino_grad(wn, dy, i, wn->mb.data());
-    });
-    run_matmul(wn->mm, wn->m_t, wn->mb.data(), wn->v, wn->vb.data(), wn->u, wn->ub.data(), "Winograd matmul");
-    float *dw = static_cast<float *>(params[4]);
-    per_output(wn->o, [&](int64_t o) { wino_output(wn, wn->ub.data(), o, dw); });
+    winof_backward_weights(wn, static_cast<float *>(params[0]), static_cast<float *>(params[1]),
+                           static_cast<float *>(params[4]));
   });
 }
 
