@@ -191,27 +191,13 @@ def build_trainer(
     jit_level: mode.jit_level ("auto": MindSpore's default), for the graph and jit modes' compiled cells.
     """
     update = {k: v for k, v in (update or {}).items() if v and not (k == "accumulate" and v == 1)}
-    level = resolve_level(amp_cfg.level, device_target)
-    scale_type = str(amp_cfg.loss_scale.type)
-    if amp_cfg.level == "auto" and level == "O0":
-        scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
-    dtype = resolve_dtype(amp_cfg.dtype, level, device_target)
+    level, scale_type, dtype = _resolve_precision(amp_cfg, device_target)
     parts = compute_parts(net, level, dtype, device_target)  # before wrapping: O1's rewrite replaces the net
     logits, loss_net = build_loss_net(
         net, level, list(amp_cfg.keep_fp32), run_dir, label_smoothing, dtype, device_target
     )
-    if dtype == "bfloat16" and scale_type != "none":
-        log.info(
-            "amp.dtype=bfloat16: the %s loss scale is kept and traced as configured; bfloat16 has FP32's exponent "
-            "range, so amp.loss_scale.type=none would do",
-            scale_type,
-        )
     native = device_target != "CPU" and mode != "jit" and not grad_stats and not update
     step = _train_step(loss_net, optimizer, amp_cfg.loss_scale, scale_type, native, mode, jit_level, grad_stats, update)
-    # One eval cell for both Models: the train Model validates during Model.fit (runner/training/validation.py)
-    # and the evaluator after training, and both run the same compiled graph.
-    evaluating = eval_cell(logits)
-    evaluator = Model(logits, eval_network=evaluating, metrics=metrics(), eval_indexes=[0, 1, 2])
     used = AmpUsed(
         amp_level_used=level,
         loss_scale_type_used=scale_type,
@@ -221,6 +207,31 @@ def build_trainer(
         amp_dtype_used=dtype,
         amp_compute=parts,
     )
+    return _assemble(step, logits, metrics, mode, jit_level, used)
+
+
+def _resolve_precision(amp_cfg, device_target: str) -> tuple[str, str, str]:
+    """(level, loss-scale type, dtype) this backend runs for the amp group."""
+    level = resolve_level(amp_cfg.level, device_target)
+    scale_type = str(amp_cfg.loss_scale.type)
+    if amp_cfg.level == "auto" and level == "O0":
+        scale_type = "none"  # FP32 gradients do not underflow; a scale would only cost time
+    dtype = resolve_dtype(amp_cfg.dtype, level, device_target)
+    if dtype == "bfloat16" and scale_type != "none":
+        log.info(
+            "amp.dtype=bfloat16: the %s loss scale is kept and traced as configured; bfloat16 has FP32's exponent "
+            "range, so amp.loss_scale.type=none would do",
+            scale_type,
+        )
+    return level, scale_type, dtype
+
+
+def _assemble(step, logits, metrics, mode: str, jit_level, used: AmpUsed) -> Trainer:
+    """The train and eval Models around one training step and one eval cell."""
+    # One eval cell for both Models: the train Model validates during Model.fit (runner/training/validation.py)
+    # and the evaluator after training, and both run the same compiled graph.
+    evaluating = eval_cell(logits)
+    evaluator = Model(logits, eval_network=evaluating, metrics=metrics(), eval_indexes=[0, 1, 2])
     if mode == "graph" and jit_level != "auto":
         # Per cell rather than set_context(jit_config=...): the Python API may run several runs in one process.
         for cell in (step, evaluating):

@@ -387,23 +387,9 @@ def prepare(
     )
     top = root(cfg)
     where = top / k
-    try:
-        top.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not cfg.compile_cache.dir and top.stat().st_uid == os.getuid():
-            top.chmod(0o700)  # the runner's own directory, made private (an older runner made it with the umask)
-        unsafe = unsafe_reason(top)
-        if unsafe:
-            log.warning(
-                "compile cache off: %s; compiling without it (docs/compile-cache.md#a-private-directory).", unsafe
-            )
-            return _off(unsafe, quiet=True)
-        where.mkdir(mode=0o700, exist_ok=True)
-        probe = where / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        log.warning("compile cache off: cannot write %s (%s); compiling without it.", where, e.strerror or e)
-        return _off(f"cannot write {where}", quiet=True)
+    refused = _open_entry(cfg, top, where)
+    if refused is not None:
+        return refused
     _sweep_abandoned(where)
     graphs_dir = where / "graphs"
     before = _graphs(graphs_dir)
@@ -421,6 +407,28 @@ def prepare(
         "before": before,
         "sequence": [g.get("graph") for g in graphs],
     }
+
+
+def _open_entry(cfg, top: Path, where: Path) -> dict | None:
+    """Make the key's directory, private and writable; the off record saying why where it cannot be used."""
+    try:
+        top.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not cfg.compile_cache.dir and top.stat().st_uid == os.getuid():
+            top.chmod(0o700)  # the runner's own directory, made private (an older runner made it with the umask)
+        unsafe = unsafe_reason(top)
+        if unsafe:
+            log.warning(
+                "compile cache off: %s; compiling without it (docs/compile-cache.md#a-private-directory).", unsafe
+            )
+            return _off(unsafe, quiet=True)
+        where.mkdir(mode=0o700, exist_ok=True)
+        probe = where / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        log.warning("compile cache off: cannot write %s (%s); compiling without it.", where, e.strerror or e)
+        return _off(f"cannot write {where}", quiet=True)
+    return None
 
 
 @contextlib.contextmanager
