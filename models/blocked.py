@@ -5,7 +5,7 @@ into oneDNN's blocked nChw{b}c format and its output back, and BatchNorm, ReLU, 
 max pool run on plain memory between them. Here the body stays blocked from the stem convolution's output
 to the last stage's: convolutions (forward, backward-data, backward-weights), BatchNorm with its ReLU
 fused (batch or running statistics), the residual add with its ReLU, and the stem's max pool (with a
-workspace) all run oneDNN (csrc/onednn_conv.cc) on the blocked tensors, and one reorder brings the result
+workspace) all run oneDNN (csrc/blocked.h, conv.h, pool.h) on the blocked tensors, and one reorder brings the result
 back to plain NCHW before the global pool and the head.
 
 A blocked tensor reaches MindSpore as float32 (N, ceil(C/b), H, W, b), channels past C zero; b is the

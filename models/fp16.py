@@ -3,7 +3,7 @@
 On a CPU MindSpore's float16 kernels (amp=o2/o3 through `auto_mixed_precision`) are ~15x slower than the
 runner's FP32 body (blocked oneDNN, Winograd, dense). With amp.dtype=float16 on a CPU the network keeps its
 FP32 body and every activation is rounded to float16 and back where it leaves a convolution, a BatchNorm,
-the residual add, and where the image enters: by the operator library's RoundF16 (csrc/onednn_conv.cc: one
+the residual add, and where the image enters: by the operator library's RoundF16 (csrc/fp16.h: one
 F16C pass, its own backward) where the CPU has F16C, else (or with MINDSPORE_RUNNER_FP16_CAST set) by a
 Cast pair fp32 -> fp16 -> fp32, whose backward is the same pair. Either way the gradients flowing back are
 rounded at the same edges. Values above 65504 become inf, small ones flush
@@ -28,7 +28,7 @@ CAST, FUSED = 1, 2  # the flag's values where it rounds: by a Cast pair, or by t
 
 
 class _Round:
-    """The library's RoundF16 operator (csrc/onednn_conv.cc: one F16C pass, its own backward), made once."""
+    """The library's RoundF16 operator (csrc/fp16.h: one F16C pass, its own backward), made once."""
 
     op = None
 

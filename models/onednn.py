@@ -3,9 +3,10 @@
 MindSpore 2.10's Conv2D gives oneDNN plain NCHW memory, for which oneDNN has a per-image im2col + GEMM
 under AVX2 and only reference kernels under AVX-512. Asked for formats of its own choice, the same
 library (mindspore/lib/libdnnl.so.3) runs its blocked direct kernels (jit:avx512_core, brgconv; jit:avx2
-on AVX2 CPUs), as PyTorch's convolutions do (docs/mindspore-notes.md#cpu-conv-formats). `csrc/onednn_conv.cc` makes the
-three passes (forward, backward-data, backward-weights) MindSpore AOT custom operators; this module
-compiles it once per machine with the system C++ compiler (about 2 s), caches the library beside
+on AVX2 CPUs), as PyTorch's convolutions do (docs/mindspore-notes.md#cpu-conv-formats). `csrc/` (one file
+per operator family, built as one unit) makes the three passes (forward, backward-data, backward-weights)
+and the blocked bodies' operators MindSpore AOT custom operators; this module compiles it once per
+machine with the system C++ compiler, caches the library beside
 `model.conv=auto`'s timings, and builds the forward operator with its backward attached.
 
 The AVX-512 kernels need AVX-512 to be allowed: the runner's AVX2 cap (which MindSpore's own Conv2D
@@ -33,7 +34,7 @@ from runner.models.errors import ModelError
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCE = CSRC / "onednn_conv.cc"
+SOURCE = CSRC / "operators.cc"  # the one translation unit: it includes every operator family's file in csrc/
 HEADERS = CSRC / "third_party" / "onednn" / "include"
 FLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC"]
 # The only variables the compiler is given. The rest of the environment must not shape the library:
@@ -189,6 +190,25 @@ def library() -> str:
     A library built earlier on this machine from the same source, headers, flags and MindSpore is used
     as it is when no compiler is found now: only the first run on a machine needs one.
     """
+    path = _find_or_build()
+    _in_use.add(path)
+    return path
+
+
+def clear_caches() -> int:
+    """Empty the caches of every operator library this process used (the primitives and buffers each shape
+    made on first use, csrc/runtime.h Cache); the entries dropped. Between runs or tests only: the next call
+    of a shape builds them again."""
+    dropped = 0
+    for path in _in_use:
+        lib = ctypes.CDLL(path)  # already loaded by this process: the same handle, no second copy
+        lib.ClearCaches.restype = ctypes.c_int64
+        dropped += int(lib.ClearCaches())
+    return dropped
+
+
+def _find_or_build() -> str:
+    """library(), found or built."""
     dnnl = mindspore_onednn()
     stem = f"onednn-conv-{source_key(dnnl)[:16]}"
     try:
@@ -237,6 +257,8 @@ def _private_dirs(create: bool):
 # Directories library() could not write in this process, and the warnings already given: every onednn layer
 # asks for the library, and a read-only cache is one fact, said once (it was said once per layer).
 _unwritable: set = set()
+# The libraries library() returned in this process: the ones clear_caches() empties.
+_in_use: set = set()
 _warned: set = set()
 
 
@@ -258,8 +280,7 @@ def source_key(dnnl: Path) -> str:
     flags and MindSpore's oneDNN file (path, size, time). A library with this key serves when no
     compiler is found."""
     digest = hashlib.sha256()
-    for h in [SOURCE, *sorted(p for p in HEADERS.rglob("*") if p.is_file())]:
-        digest.update(str(h.relative_to(CSRC)).encode() + b"\0" + h.read_bytes() + b"\0")
+    _digest_sources(digest)
     st = dnnl.resolve().stat()
     digest.update(f"{dnnl.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{' '.join(FLAGS)}".encode())
     return digest.hexdigest()
@@ -270,14 +291,24 @@ def build_key(compiler: str, dnnl: Path) -> str:
     compiler's and MindSpore's oneDNN files (path, size, time: a changed or replaced one is a new key)
     and the environment the compiler runs in."""
     digest = hashlib.sha256()
-    for h in [SOURCE, *sorted(p for p in HEADERS.rglob("*") if p.is_file())]:
-        digest.update(str(h.relative_to(CSRC)).encode() + b"\0" + h.read_bytes() + b"\0")
+    _digest_sources(digest)
     for f in (Path(shutil.which(compiler) or compiler).resolve(), dnnl.resolve()):
         st = f.stat()
         digest.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     digest.update("\0".join(_command(compiler, dnnl, "OUT")).encode())
     digest.update(repr(sorted(_build_env().items())).encode())
     return digest.hexdigest()
+
+
+def sources() -> list:
+    """Every file the library is compiled from: the operator families' files in csrc/ and oneDNN's headers."""
+    own = sorted(p for p in CSRC.iterdir() if p.suffix in (".cc", ".h"))
+    return own + sorted(p for p in HEADERS.rglob("*") if p.is_file())
+
+
+def _digest_sources(digest) -> None:
+    for h in sources():
+        digest.update(str(h.relative_to(CSRC)).encode() + b"\0" + h.read_bytes() + b"\0")
 
 
 def _build_env() -> dict:
@@ -322,6 +353,7 @@ OPERATORS = (
     "WinogradBackwardWeights",
     "WinofForward",
     "WinofBackwardData",
+    "ClearCaches",
 )
 
 
@@ -348,7 +380,7 @@ def _intact(path: Path) -> bool:
 
 
 def _loads(path: Path) -> bool:
-    """Whether the file is the intact library that was built, loadable, with the three operators."""
+    """Whether the file is the intact library that was built, loadable, with every operator."""
     if not _intact(path):
         return False
     try:

@@ -50,6 +50,16 @@ def _isa_check_as_in_a_fresh_process():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _operator_caches_cleared():
+    """Each test starts with the operator library's caches empty, as a fresh process does: what one test's
+    shapes built is neither memory the next holds nor a primitive it reuses."""
+    yield
+    onednn = sys.modules.get("runner.models.onednn")
+    if onednn is not None:
+        onednn.clear_caches()
+
+
 def has_compiler() -> bool:
     """Whether this machine has the C++ compiler the onednn operators are built with (their tests skip without)."""
     from runner.models.errors import ModelError

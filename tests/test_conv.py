@@ -178,6 +178,23 @@ def test_onednn_in_graph_mode_on_any_input_size_and_in_float16(graph):
 
 
 @needs_compiler
+def test_clearing_the_operator_caches_drops_their_entries_and_the_next_call_rebuilds_them(pynative):
+    from runner.models import onednn
+
+    rng = np.random.default_rng(2)
+    dnn = C.PathConv2d(4, 6, 3, 1, 1, "onednn", 8)
+    x = Tensor(rng.standard_normal((2, 4, 8, 8), dtype=np.float32))
+    dy = Tensor(rng.standard_normal((2, 6, 8, 8), dtype=np.float32))
+    first = fwd_bwd(dnn, x, dy)
+    assert onednn.clear_caches() >= 1  # the shape's convolution primitives
+    assert onednn.clear_caches() == 0
+    again = fwd_bwd(dnn, x, dy)  # built anew after the clear
+    assert onednn.clear_caches() >= 1
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_compiler
 @pytest.mark.slow
 def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monkeypatch):
     from runner.models import onednn

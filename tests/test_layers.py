@@ -6,6 +6,7 @@ itself: nothing from the rest of runner, not each other.
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -269,3 +270,19 @@ def test_the_length_check_counts_methods_and_nested_functions(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text(f"class A:\n    def long(self):\n{body}\n    def short(self):\n        pass\n")
     assert [name for name, _ in long_functions(planted, tmp_path)] == ["planted.py: A.long"]
+
+
+MAX_OPERATOR_FILE_LINES = 600
+
+
+def test_the_operator_library_is_one_file_per_family_none_over_600_lines():
+    from runner.models import onednn
+
+    own = [p for p in onednn.sources() if p.parent == onednn.CSRC]
+    long = [f"{p.name} ({n} lines)" for p in own if (n := len(p.read_text().splitlines())) > MAX_OPERATOR_FILE_LINES]
+    assert not long, f"operator files over {MAX_OPERATOR_FILE_LINES} lines; split by operator family:\n" + "\n".join(
+        long
+    )
+    # Every family file is in the one translation unit, and the unit includes no file that is not there.
+    included = set(re.findall(r'#include "(\w+\.h)"', onednn.SOURCE.read_text()))
+    assert included == {p.name for p in own if p.suffix == ".h"}

@@ -90,7 +90,7 @@ def source_digest() -> str:
     # runner/ is two folders up from here (not `import runner`: the package's __init__ is above every layer)
     roots = [Path(__file__).resolve().parents[1], *(Path(m.__file__).parent for m in _layers())]
     for root in roots:
-        for f in sorted([*root.rglob("*.py"), *root.glob("csrc/*.cc")]):
+        for f in sorted([*root.rglob("*.py"), *root.glob("csrc/*.cc"), *root.glob("csrc/*.h")]):
             digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes())
     return digest.hexdigest()
 
