@@ -77,11 +77,10 @@ def torch_setup(threads: int):
 
 
 def ms_train(conv: str, steps: int, threads: int, jit_level: str = "", depth: int = 18, size: int = SIZE) -> dict:
+    body = {}
     if conv.endswith("-plain"):  # e.g. best-plain: the body plain NCHW between layers, as before blocked bodies
-        from runner.models.blocked import OFF_VAR
-
-        os.environ[OFF_VAR] = "1"
         conv = conv.removesuffix("-plain")
+        body["blocked_body"] = False
     ms = ms_setup(threads, conv)
     if jit_level:  # graph compile level: O0 (kernel by kernel) or O1 (with fusion); default: MindSpore's choice
         ms.set_context(jit_config={"jit_level": jit_level})
@@ -89,7 +88,7 @@ def ms_train(conv: str, steps: int, threads: int, jit_level: str = "", depth: in
 
     ms.set_seed(0)
     t = time.perf_counter()
-    net = resnet("imagenet", depth, 64, CLASSES, 3, size, conv=conv)
+    net = resnet("imagenet", depth, 64, CLASSES, 3, size, conv=conv, **body)
     build_s = time.perf_counter() - t  # includes model.conv=auto/best's one-time timing on a cache miss
     return _ms_steps(ms, net, steps, size, build_s)
 

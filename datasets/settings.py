@@ -58,20 +58,30 @@ class PaddingConfig:
     buckets: List[int] = field(default_factory=lambda: [8, 16, 24, 32])  # bucket: square sides, increasing
 
 
+# Field metadata: the setting never reaches a compiled graph as a constant (runner/config/schema.py GRAPH; the
+# compile cache leaves it out of its key). What the data decides about the graphs (image shape, steps per
+# epoch, the validation batches) joins the key as the graphs' own description instead.
+OUTSIDE_GRAPH = {"graph": False}
+
+
 @dataclass
 class DataConfig:
     name: DataSource = MISSING
-    root: Optional[str] = None  # imagefolder, cifar10, cifar100, mnist, csv, mindrecord
+    root: Optional[str] = field(
+        default=None, metadata=OUTSIDE_GRAPH
+    )  # imagefolder, cifar10, cifar100, mnist, csv, mindrecord
     channels: int = 1  # channels the network sees (images are converted)
     num_classes: int = 10  # synthetic only; other sources count their classes
-    num_samples: int = 512  # synthetic only
+    num_samples: int = field(default=512, metadata=OUTSIDE_GRAPH)  # synthetic only
     image_size: int = 32  # synthetic only (square)
-    val_fraction: float = 0.2  # digits, synthetic
-    num_parallel_workers: int = 2
+    val_fraction: float = field(default=0.2, metadata=OUTSIDE_GRAPH)  # digits, synthetic
+    num_parallel_workers: int = field(default=2, metadata=OUTSIDE_GRAPH)
     mean: List[float] = field(default_factory=lambda: [0.5])
     std: List[float] = field(default_factory=lambda: [0.5])
     input_scale: float = 1.0  # multiplies the normalised images (a fault to test AMP: 1e5 overflows FP16)
-    on_bad_sample: BadSample = BadSample.error  # imagefolder, csv: an undecodable file stops the run, or is skipped
+    on_bad_sample: BadSample = field(
+        default=BadSample.error, metadata=OUTSIDE_GRAPH
+    )  # imagefolder, csv: an undecodable file stops the run, or is skipped
     mirrorable: bool = True  # false: a horizontal flip changes what an image means (digits); augment.hflip is refused
 
 

@@ -17,7 +17,6 @@ adds operators beside them, and the network's `blocked_body` switch selects the 
 
 import ctypes
 import functools
-import os
 from contextlib import contextmanager
 
 import numpy as np
@@ -242,15 +241,6 @@ def attach_bn(bn: nn.BatchNorm2d, b: int) -> None:
     a subclass would escape amp=o1's rewrite, which matches cell classes exactly)."""
     bn.bk_ops = bn_ops(False, bn.eps, b)
     bn.bk_relu_ops = bn_ops(True, bn.eps, b)
-
-
-# Set (to anything but 0) to keep bodies plain NCHW between layers, as before blocked bodies.
-OFF_VAR = "MINDSPORE_RUNNER_PLAIN_BODY"
-# Whether every layer of a blocked body runs oneDNN's convolution on the blocked tensor (True), or (False)
-# layers the per-layer choice gave im2col+MatMul their own path between two reorders, layers that are
-# one dense matmul (conv.dense_feasible) that matmul on the blocked tensor (dense_op), and 3x3 layers on 4x4
-# maps (conv.winograd_feasible) their weight gradient by Winograd (conv_op(winograd_dw=True)).
-ALL_ONEDNN = os.environ.get("MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN", "") not in ("", "0")
 
 
 @contextmanager

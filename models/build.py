@@ -53,6 +53,8 @@ def build_model(cfg, num_classes: int, in_channels: int, image_size: int, conv: 
             conv=conv,
             stem=cfg.stem,
             stem_pool=_value(cfg.stem_pool),
+            blocked_body=cfg.blocked_body,
+            blocked_layers=_value(cfg.blocked_layers),
         )
     except ValueError as e:
         what = "model.stem_pool" if "stem_pool" in str(e) else "model.depth"

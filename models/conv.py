@@ -138,7 +138,7 @@ class PathConv2d(nn.Conv2d):
         ("winograd", blocked.conv_op(winograd=True); the weight gradient where `winograd_dw_runs`)."""
         from runner.models import blocked
 
-        chosen = choose_dense and not blocked.ALL_ONEDNN
+        chosen = choose_dense
         dense = chosen and dense_feasible(self.k, self.s, self.p, self.size)
         winograd = chosen and winograd_feasible(self.k, self.s, self.p, self.size)
         winograd_all = chosen and winograd_all_feasible(self.k, self.s, self.p, self.size)

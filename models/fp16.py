@@ -4,7 +4,7 @@ On a CPU MindSpore's float16 kernels (amp=o2/o3 through `auto_mixed_precision`) 
 runner's FP32 body (blocked oneDNN, Winograd, dense). With amp.dtype=float16 on a CPU the network keeps its
 FP32 body and every activation is rounded to float16 and back where it leaves a convolution, a BatchNorm,
 the residual add, and where the image enters: by the operator library's RoundF16 (csrc/fp16.h: one
-F16C pass, its own backward) where the CPU has F16C, else (or with MINDSPORE_RUNNER_FP16_CAST set) by a
+F16C pass, its own backward) where the CPU has F16C, else (or where `enable` is told fused=False: bench/amp_cpu.py) by a
 Cast pair fp32 -> fp16 -> fp32, whose backward is the same pair. Either way the gradients flowing back are
 rounded at the same edges. Values above 65504 become inf, small ones flush
 as float16 does, so the loss scale, the NaN guard and overflow behave as FP16; the arithmetic inside each
@@ -15,7 +15,6 @@ without it counts as 0): a constant of the compiled graph, so the FP32 graph is 
 """
 
 import logging
-import os
 
 from mindspore import dtype as mstype
 from mindspore import ops
@@ -23,7 +22,6 @@ from mindspore import ops
 log = logging.getLogger(__name__)
 
 FLAG = "fp16_edges"
-CAST_VAR = "MINDSPORE_RUNNER_FP16_CAST"  # set: round by Cast pairs even where RoundF16 runs (bench/amp_cpu.py)
 CAST, FUSED = 1, 2  # the flag's values where it rounds: by a Cast pair, or by the library's RoundF16
 
 
@@ -52,7 +50,7 @@ def _fused():
 
     if _Round.op is not None:
         return _Round.op
-    if os.environ.get(CAST_VAR, "") not in ("", "0") or "f16c" not in (onednn.cpu_flags() or ()):
+    if "f16c" not in (onednn.cpu_flags() or ()):
         return None
     try:
         so = onednn.library()

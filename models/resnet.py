@@ -1,7 +1,6 @@
 """ResNet family as MindSpore cells: CIFAR-style (6n+2 layers) and ImageNet-style (18/34/50)."""
 
 import logging
-import os
 
 import mindspore as ms
 from mindspore import dtype as mstype
@@ -129,7 +128,18 @@ class ResNet(nn.Cell):
     """stem -> layer1..layerN -> global average pool -> head (dense to num_classes)."""
 
     def __init__(
-        self, block, blocks_per_stage, width, num_classes, in_channels, large_stem, size, conv_path, stem_pool="same"
+        self,
+        block,
+        blocks_per_stage,
+        width,
+        num_classes,
+        in_channels,
+        large_stem,
+        size,
+        conv_path,
+        stem_pool="same",
+        blocked_body=True,
+        blocked_layers="chosen",
     ):
         super().__init__()
         if large_stem:  # ImageNet stem: 7x7/2 conv and 3x3/2 max pool, for inputs of 64 px and up
@@ -178,7 +188,7 @@ class ResNet(nn.Cell):
         if conv_path in ("onednn", "best") and any(
             getattr(c, "path", "") == "onednn" for _, c in self.cells_and_names()
         ):
-            why = self.attach_blocked(stem_pool, choose_dense=conv_path == "best")
+            why = self.attach_blocked(stem_pool, conv_path == "best", blocked_body, blocked_layers == "onednn")
             if why:
                 log.info("model.conv=%s: the network body runs plain NCHW between layers: %s", conv_path, why)
 
@@ -231,15 +241,18 @@ class ResNet(nn.Cell):
                 x = block.blocked(x)
         return self.bk_from(x, self.bk_channels)
 
-    def attach_blocked(self, stem_pool: str, choose_dense: bool = False) -> str:
+    def attach_blocked(
+        self, stem_pool: str, choose_dense: bool = False, wanted: bool = True, all_onednn: bool = False
+    ) -> str:
         """Make the blocked body's operators (models/blocked.py) and switch it on; "" when done, else why not.
-        choose_dense: model.conv=best, whose layers may run the dense matmul (PathConv2d.attach_blocked)."""
+        choose_dense: model.conv=best, whose layers may run the dense matmul (PathConv2d.attach_blocked).
+        wanted: model.blocked_body; all_onednn: model.blocked_layers=onednn (every layer oneDNN's convolution)."""
         from runner.models import blocked
         from runner.models.conv import PathConv2d
         from runner.models.errors import ModelError
 
-        if os.environ.get(blocked.OFF_VAR, "") not in ("", "0"):
-            return f"{blocked.OFF_VAR} is set"
+        if not wanted:
+            return "model.blocked_body=false"
         if ms.get_context("mode") != ms.GRAPH_MODE:
             # Measured: a tiny ResNet's PyNative step took 2x longer blocked (each operator's bprop runs
             # from Python); mode=jit builds in PyNative too.
@@ -256,7 +269,7 @@ class ResNet(nn.Cell):
             if isinstance(cell, PathConv2d):
                 # The stem reads the plain image: the dense and Winograd operators take blocked inputs only.
                 chosen = choose_dense and cell is not self.stem[0]
-                cell.attach_blocked(b, cell.path != "onednn" and not blocked.ALL_ONEDNN, chosen)
+                cell.attach_blocked(b, cell.path != "onednn" and not all_onednn, chosen and not all_onednn)
             elif isinstance(cell, nn.BatchNorm2d):
                 blocked.attach_bn(cell, b)
             elif isinstance(cell, (BasicBlock, Bottleneck)):
@@ -279,6 +292,8 @@ def resnet(
     conv: str = "native",
     stem: str = "auto",
     stem_pool: str = "same",
+    blocked_body: bool = True,
+    blocked_layers: str = "chosen",
 ) -> ResNet:
     """Build a ResNet of the given style and depth; unknown depths raise ValueError.
 
@@ -286,8 +301,10 @@ def resnet(
     the parameters are the same under every choice. stem (ImageNet style): "imagenet" is the 7x7/2
     conv and max pool, "cifar" the 3x3 conv that keeps full resolution, "auto" the first from 64 px up
     and the second below. stem_pool: the ImageNet stem's max pool padding (stem_max_pool); a ValueError
-    when it is asked of a CIFAR stem, which has no pool.
+    when it is asked of a CIFAR stem, which has no pool. blocked_body, blocked_layers: model.blocked_body and
+    model.blocked_layers (ResNet.attach_blocked).
     """
+    body = {"blocked_body": blocked_body, "blocked_layers": blocked_layers}
     if style == "cifar":
         if depth not in CIFAR_DEPTHS:
             raise ValueError(f"CIFAR-style ResNet depth must be one of {sorted(CIFAR_DEPTHS)}, got {depth}")
@@ -300,6 +317,7 @@ def resnet(
             large_stem=False,
             size=image_size,
             conv_path=conv,
+            **body,
         )
     if depth not in IMAGENET_DEPTHS:
         raise ValueError(f"ImageNet-style ResNet depth must be one of {sorted(IMAGENET_DEPTHS)}, got {depth}")
@@ -323,4 +341,5 @@ def resnet(
         size=image_size,
         conv_path=conv,
         stem_pool=stem_pool,
+        **body,
     )

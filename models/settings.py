@@ -35,6 +35,12 @@ class ConvPath(str, Enum):  # the convolution algorithm on CPU (models/conv.py)
     onednn = "onednn"  # oneDNN's blocked kernels called directly (needs a C++ compiler; no AVX2 cap)
 
 
+class BlockedLayers(str, Enum):  # what each layer of a blocked body runs (models/resnet.py attach_blocked)
+    # each layer's chosen path: model.conv=best's dense matmul and Winograd where they pay, gemm between reorders
+    chosen = "chosen"
+    onednn = "onednn"  # every layer oneDNN's convolution on the blocked tensor (what the others are measured against)
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
@@ -49,3 +55,7 @@ class ModelConfig:
     # best: decided from the machine (models/onednn.py choose), not from timings, so the same machine and
     # config give the same numbers; `auto` picks per layer from timings. CPU only: GPU/Ascend run native.
     conv: ConvPath = ConvPath.best
+    # model.conv=best or onednn on a CPU, graph mode: keep the ResNet body in oneDNN's blocked layout between
+    # layers (false: plain NCHW between layers, a reorder at each convolution, as before blocked bodies).
+    blocked_body: bool = True
+    blocked_layers: BlockedLayers = BlockedLayers.chosen

@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Sequence
 
-from runner.config.schema import LABEL, is_training_setting, setting_kind
+from runner.config.schema import LABEL, changes_graph, is_training_setting, setting_kind
 from runner.config.tree import flat
 from runner.errors import UserError
 from runner.rundir import layout, status
@@ -309,6 +309,8 @@ def diff_runs(a_dir: str, b_dir: str) -> dict:
     sections["speed"] = [(k, fa.get(k), fb.get(k)) for k in SPEED if fa.get(k) is not None or fb.get(k) is not None]
     differs = any(sections[s] for s in ("config", "environment", "metrics"))
     rows = {s: [{"key": k, "a": x, "b": y} for k, x, y in found] for s, found in sections.items()}
+    for row in rows["config"]:  # whether this difference alone compiles other graphs (the schema's GRAPH)
+        row["graph"] = changes_graph(row["key"])
     return {"a": a.path, "b": b.path, "a_status": a.status, "b_status": b.status, "differ": differs, **rows}
 
 
@@ -329,10 +331,13 @@ def diff(a_dir: str, b_dir: str, as_json: bool) -> int:
             console.print(f"{name}: same")
             continue
         table = Table(title=f"{name}: {len(rows)} difference(s)", title_justify="left")
-        for head in ("key", "A", "B"):
+        graph = name == "config"  # a column saying which differences compile other graphs
+        for head in ("key", "A", "B", *(["changes the graph"] if graph else [])):
             table.add_column(head, overflow="fold")
         for row in rows:
-            table.add_row(row["key"], _fmt(row["a"], 6), _fmt(row["b"], 6))
+            table.add_row(
+                row["key"], _fmt(row["a"], 6), _fmt(row["b"], 6), *(["yes" if row["graph"] else "no"] if graph else [])
+            )
         console.print(table)
     if report["bookkeeping"]:
         table = Table(

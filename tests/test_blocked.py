@@ -10,7 +10,7 @@ import sys
 import mindspore as ms
 import numpy as np
 import pytest
-from conftest import metrics, needs_compiler, outputs_of, run_module
+from conftest import compose_cfg, metrics, needs_compiler, outputs_of, run_module
 from mindspore import Tensor, nn, ops
 
 from runner.models import blocked
@@ -388,12 +388,25 @@ def test_amp_and_the_hook_probes_see_the_plain_body(graph_and_block):
     assert not net.blocked_body
 
 
-def test_the_body_stays_plain_when_asked_or_when_the_stem_pool_pads_like_torch(monkeypatch):
-    monkeypatch.setenv(blocked.OFF_VAR, "1")
-    assert not resnet("cifar", 8, 8, 10, 3, 8, conv="onednn").blocked_body
-    monkeypatch.delenv(blocked.OFF_VAR)
+def test_the_body_stays_plain_when_asked_or_when_the_stem_pool_pads_like_torch(graph_and_block):
+    assert resnet("cifar", 8, 8, 10, 3, 8, conv="onednn").blocked_body
+    assert not resnet("cifar", 8, 8, 10, 3, 8, conv="onednn", blocked_body=False).blocked_body  # model.blocked_body
     assert not resnet("imagenet", 18, 8, 10, 3, 64, conv="onednn", stem_pool="torch").blocked_body
     assert not resnet("cifar", 8, 8, 10, 3, 8, conv="native").blocked_body
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["model.conv=native", "model.blocked_layers=onednn"], ["model.conv=gemm", "model.blocked_body=false"]],
+)
+def test_a_body_setting_that_would_change_nothing_is_refused(overrides):
+    from runner.config.checks import validate
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(*overrides))
+    assert f"{overrides[1]} has no effect" in str(err.value) and overrides[0] in str(err.value)
+    validate(compose_cfg(overrides[1]))  # under the default model.conv=best it is what runs
 
 
 @pytest.mark.slow
@@ -411,17 +424,16 @@ def test_a_default_run_records_its_blocked_body_and_evaluates_and_exports_to_its
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4
 
 
-def test_the_all_onednn_switch_keeps_every_layer_on_onednns_convolution(graph_and_block, monkeypatch):
-    # MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN=1 (read into blocked.ALL_ONEDNN when the module loads).
-    def layers(path):
-        net = resnet("imagenet", 18, 8, 10, 3, 64, conv="best")
+def test_blocked_layers_onednn_keeps_every_layer_on_onednns_convolution(graph_and_block):
+    def layers(path, blocked_layers="chosen"):
+        net = resnet("imagenet", 18, 8, 10, 3, 64, conv="best", blocked_layers=blocked_layers)
         return [n for n, c in net.cells_and_names() if getattr(c, "bk_path", "") == path]
 
     assert layers("dense") == ["layer4.0.conv2", "layer4.1.conv1", "layer4.1.conv2"]
     assert layers("winograd-dw") == ["layer3.0.conv2", "layer3.1.conv1", "layer3.1.conv2"]
     assert len(layers("winograd")) == 7  # layer1's four, layer2's three stride-1 ones
-    monkeypatch.setattr(blocked, "ALL_ONEDNN", True)
-    assert layers("dense") == [] and layers("winograd-dw") == [] and layers("winograd") == []
+    assert [layers(p, "onednn") for p in ("dense", "winograd-dw", "winograd")] == [[], [], []]
+    assert len(layers("onednn", "onednn")) == 20  # every convolution but the stem's, on the blocked tensor
 
 
 @pytest.mark.slow

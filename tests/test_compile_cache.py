@@ -20,17 +20,7 @@ def _key(*overrides, **where):
     return compile_cache.key(compose_cfg(*TINY, *overrides), **place)
 
 
-def _key_with(monkeypatch, name, value):
-    monkeypatch.setenv(name, value)
-    try:
-        return _key()
-    finally:
-        monkeypatch.delenv(name)
-
-
-def test_the_key_changes_with_what_makes_the_graph_and_only_with_it(monkeypatch):
-    for name in compile_cache.GRAPH_SWITCHES:
-        monkeypatch.delenv(name, raising=False)
+def test_the_key_changes_with_what_makes_the_graph_and_only_with_it():
     base = _key()
     # Each of these reaches a graph (shapes, operators, constants, the device or the command)...
     changed = {
@@ -52,9 +42,9 @@ def test_the_key_changes_with_what_makes_the_graph_and_only_with_it(monkeypatch)
         "the data's size (the schedule's constants)": _key(graphs=[{**TRAIN, "steps_per_epoch": 40}, EVAL]),
         "soft labels (mixup)": _key(graphs=[{**TRAIN, "soft_labels": True}, EVAL]),
         "another validation set": _key(graphs=[TRAIN, {**EVAL, "samples": 300}]),
-        # Switches that change the operators (a cached graph names the ones it was compiled with).
-        "the plain body": _key_with(monkeypatch, "MINDSPORE_RUNNER_PLAIN_BODY", "1"),
-        "every layer on oneDNN's convolution": _key_with(monkeypatch, "MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN", "1"),
+        # Settings that change the operators (a cached graph names the ones it was compiled with).
+        "the plain body": _key("model.blocked_body=false"),
+        "every layer on oneDNN's convolution": _key("model.blocked_layers=onednn"),
     }
     assert base not in changed.values() and len(set(changed.values())) == len(changed), changed
     # ...these do not: a sweep over them, or a resume with another log interval, reuses the graphs.

@@ -127,7 +127,8 @@ def test_diff_exit_status_and_sections(zoo, capsys):
     code, out, _ = _runs(capsys, "diff", "--json", zoo / "finished", zoo / "other_lr")
     report = json.loads(out)
     assert code == 1 and report["differ"]
-    assert report["config"] == [{"key": "optim.lr", "a": 0.1, "b": 0.5}] and not report["metrics"]
+    # The learning rate is a Parameter of the train graph (the schema's GRAPH): no other graph compiles for it.
+    assert report["config"] == [{"key": "optim.lr", "a": 0.1, "b": 0.5, "graph": False}] and not report["metrics"]
     env = {e["key"] for e in report["speed"]}
     assert "throughput_samples_per_s" in env
     edited = _copy(zoo / "finished", zoo.parent / "edited")
@@ -139,6 +140,14 @@ def test_diff_exit_status_and_sections(zoo, capsys):
     report = json.loads(out)
     assert code == 1 and [e["key"] for e in report["environment"]] == ["versions.mindspore"]
     assert [e["key"] for e in report["metrics"]] == ["val_accuracy"]
+    plain = _copy(zoo / "finished", zoo.parent / "plain")
+    saved = yaml.safe_load((plain / "config.yaml").read_text())
+    saved["model"]["blocked_body"], saved["seed"] = False, 7
+    (plain / "config.yaml").write_text(yaml.safe_dump(saved))
+    code, out, _ = _runs(capsys, "diff", zoo / "finished", plain)
+    report = json.loads(_runs(capsys, "diff", "--json", zoo / "finished", plain)[1])
+    assert {e["key"]: e["graph"] for e in report["config"]} == {"model.blocked_body": True, "seed": False}
+    assert "changes the graph" in out
 
 
 def test_completion_script_names_the_subcommands(capsys):

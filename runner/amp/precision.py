@@ -113,17 +113,18 @@ def compute_parts(net, level: str, dtype: str, device_target: str) -> dict:
     return {"body": body, "batchnorm": bn, "head": dtype if level != "O1" else body, "loss": "float32"}
 
 
-def wrap_amp(net, level: str, keep: list, run_dir: str, dtype: str = "float16", device_target: str = ""):
+def wrap_amp(net, level: str, keep: list, run_dir: str, dtype: str = "float16", device_target: str = "", fused=None):
     """Apply the AMP level to net with the cells named by `keep` (amp.keep_fp32) left FP32.
 
     dtype: float16 or bfloat16 (resolved amp.dtype). device_target "CPU" with float16 at O2/O3 keeps the
     FP32 fast body and rounds at its edges (`fast_fp16`); empty (tests, the diagnosis probe) or another
-    device runs MindSpore's `auto_mixed_precision`."""
+    device runs MindSpore's `auto_mixed_precision`. fused=False rounds by Cast pairs where RoundF16 would
+    (bench/amp_cpu.py's comparison)."""
     cells = match_cells(net, keep)  # checked at every level, so a typo fails under O0 too
     if level == "O0":
         return net
     if fast_fp16(net, level, dtype, device_target):
-        left = fp16.enable(net, [c for _, c in cells])
+        left = fp16.enable(net, [c for _, c in cells], fused)
         if cells:
             log.info("amp.keep_fp32: %s stay FP32 (unrounded) under %s float16", [n for n, _ in cells], level)
         log.debug("amp %s float16 on CPU: FP32 body rounded at its edges; unrounded: %s", level, left)
@@ -157,10 +158,17 @@ def eval_cell(logits) -> nn.Cell:
 
 
 def build_loss_net(
-    net, level: str, keep: list, run_dir: str, label_smoothing: float = 0.0, dtype: str = "float16", device_target=""
+    net,
+    level: str,
+    keep: list,
+    run_dir: str,
+    label_smoothing: float = 0.0,
+    dtype: str = "float16",
+    device_target="",
+    fused=None,
 ):
-    """(FP32-logits network, loss network) as training runs them: the one place both are built."""
-    logits = FP32Logits(wrap_amp(net, level, keep, run_dir, dtype, device_target))
+    """(FP32-logits network, loss network) as training runs them: the one place both are built (fused: wrap_amp)."""
+    logits = FP32Logits(wrap_amp(net, level, keep, run_dir, dtype, device_target, fused))
     return logits, nn.WithLossCell(logits, loss_fn(label_smoothing))
 
 

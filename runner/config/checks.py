@@ -474,6 +474,16 @@ def _model_problems(m):
             yield f"model.checkpoint={m.checkpoint}: no such file"
     elif m.depth is None:
         yield f"model.style={m.style.value} needs model.depth"
+    asked = []
+    if not m.blocked_body:
+        asked.append("model.blocked_body=false")
+    if m.blocked_layers != "chosen":
+        asked.append(f"model.blocked_layers={m.blocked_layers.value}")
+    if asked and (m.style == "mindcv" or m.conv not in ("best", "onednn")):
+        yield (
+            f"{' and '.join(asked)} has no effect: blocked bodies are the runner's own ResNets' under "
+            f"model.conv=best or onednn (this is model.style={m.style.value}, model.conv={m.conv.value})"
+        )
 
 
 def _optim_problems(cfg):

@@ -7,13 +7,14 @@ Every config group's YAML merges into one of these dataclasses, so an unknown ke
 the wrong type fails while Hydra composes, before MindSpore is imported.
 """
 
-from dataclasses import dataclass, field, fields
-from typing import List, Optional
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cache
+from typing import List, Optional, Tuple, get_args, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from runner.datasets.settings import AugmentConfig, Choice, DataConfig, PaddingConfig
+from runner.datasets.settings import OUTSIDE_GRAPH, AugmentConfig, Choice, DataConfig, PaddingConfig
 from runner.models.settings import ModelConfig
 
 # Enum-typed fields make OmegaConf reject a misspelt value at composition, listing the choices. The
@@ -134,7 +135,8 @@ class SinkConfig:
 @dataclass
 class OptimConfig:
     name: OptimName = MISSING
-    lr: float = 0.1  # the peak rate; the schedule is a factor of it
+    # the peak rate; the schedule is a factor of it, and a Parameter of the graph (a floor, min_lr/lr, is a constant)
+    lr: float = field(default=0.1, metadata=OUTSIDE_GRAPH)
     momentum: float = 0.9  # SGD momentum; beta1 of adam, adamw, lion
     beta2: float = 0.999  # adam, adamw, lion
     eps: float = 1e-8  # adam, adamw
@@ -300,6 +302,10 @@ TRAINING = "training"
 LABEL = "label"  # names the run (experiment_name): a replay keeps it, a diff shows it without counting it
 ACTION = "action"  # what this command does with the configuration (validate, plan, resume): each command decides
 REPORTING = "reporting"  # where a run reports or caches, never what it computes: a replay uses the defaults
+# Whether a setting can reach a compiled graph as a constant, as field metadata of any settings dataclass
+# (OUTSIDE_GRAPH, {GRAPH: False}, says it cannot): the compile cache hashes every other setting, and
+# `runner-runs diff` says which differences change the graphs. Declared once, beside each field.
+GRAPH = "graph"
 
 
 @dataclass
@@ -314,30 +320,35 @@ class Config:
     ema: EmaConfig = field(default_factory=EmaConfig)
     device: DeviceConfig = MISSING
     diagnose: DiagnoseConfig = field(default_factory=DiagnoseConfig)
-    seed: int = 0
+    seed: int = field(default=0, metadata=OUTSIDE_GRAPH)  # a seeded primitive's seed joins the key apart
     epochs: int = 10
     batch_size: int = 64
-    log_every: int = 20
+    log_every: int = field(default=20, metadata=OUTSIDE_GRAPH)
     eval: bool = True
-    validation: ValidationConfig = field(default_factory=ValidationConfig)
-    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
-    save_checkpoint: bool = True
-    experiment_name: str = field(default="default", metadata={KIND: LABEL})
+    validation: ValidationConfig = field(default_factory=ValidationConfig, metadata=OUTSIDE_GRAPH)
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig, metadata=OUTSIDE_GRAPH)
+    save_checkpoint: bool = field(default=True, metadata=OUTSIDE_GRAPH)
+    experiment_name: str = field(default="default", metadata={KIND: LABEL, **OUTSIDE_GRAPH})
     # compose and validate, print nothing but the verdict, train nothing
-    dry_run: bool = field(default=False, metadata={KIND: ACTION})
+    dry_run: bool = field(default=False, metadata={KIND: ACTION, **OUTSIDE_GRAPH})
     # build the data, network and optimizer, print memory/FLOPs/compiles/time, train nothing
     plan: bool = field(default=False, metadata={KIND: ACTION})
     distributed: DistributedConfig = MISSING
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata=OUTSIDE_GRAPH)
     # true: this run directory's last checkpoint, if any; or a run dir / .ckpt path
-    resume: Optional[str] = field(default=None, metadata={KIND: ACTION})
-    init_from: Optional[str] = None  # fine-tune: a .ckpt file or run directory whose matching weights start this run
-    logger: LoggerConfig = field(default=MISSING, metadata={KIND: REPORTING})
-    ladder: Optional[LadderConfig] = None  # set by +experiment=ladder
-    augment: AugmentConfig = MISSING  # datasets/settings.py; consumed by datasets/augment.py
+    resume: Optional[str] = field(default=None, metadata={KIND: ACTION, **OUTSIDE_GRAPH})
+    # fine-tune: a .ckpt file or run directory whose matching weights start this run
+    init_from: Optional[str] = field(default=None, metadata=OUTSIDE_GRAPH)
+    logger: LoggerConfig = field(default=MISSING, metadata={KIND: REPORTING, **OUTSIDE_GRAPH})
+    ladder: Optional[LadderConfig] = field(default=None, metadata=OUTSIDE_GRAPH)  # set by +experiment=ladder
+    # datasets/settings.py; consumed by datasets/augment.py. Soft labels (mixup) join the compile cache's key
+    # through the train graph's description.
+    augment: AugmentConfig = field(default=MISSING, metadata=OUTSIDE_GRAPH)
     loss: LossConfig = field(default_factory=LossConfig)
-    profile: ProfileConfig = field(default_factory=ProfileConfig)
-    compile_cache: CompileCacheConfig = field(default_factory=CompileCacheConfig, metadata={KIND: REPORTING})
+    profile: ProfileConfig = field(default_factory=ProfileConfig, metadata=OUTSIDE_GRAPH)
+    compile_cache: CompileCacheConfig = field(
+        default_factory=CompileCacheConfig, metadata={KIND: REPORTING, **OUTSIDE_GRAPH}
+    )
 
 
 def setting_kind(key: str) -> Optional[str]:
@@ -353,6 +364,26 @@ def setting_kind(key: str) -> Optional[str]:
 def is_training_setting(key: str) -> bool:
     """Whether the dotted key defines what a run computes (a replay takes it, `runner-runs diff` counts it)."""
     return setting_kind(key) == TRAINING
+
+
+@cache
+def outside_graph(cls=None, prefix: str = "") -> Tuple[str, ...]:
+    """The dotted settings whose field says {GRAPH: False}, in Config (or cls) and the settings nested in it."""
+    found: List[str] = []
+    hints = get_type_hints(cls or Config)
+    for f in fields(cls or Config):
+        if f.metadata.get(GRAPH, True) is False:
+            found.append(prefix + f.name)
+            continue
+        for t in (hints[f.name], *get_args(hints[f.name])):
+            if is_dataclass(t):
+                found += outside_graph(t, f"{prefix}{f.name}.")
+    return tuple(found)
+
+
+def changes_graph(key: str) -> bool:
+    """Whether the dotted setting can change a compiled graph (not under a field marked {GRAPH: False})."""
+    return not any(key == k or key.startswith(k + ".") for k in outside_graph())
 
 
 def register() -> None:

@@ -20,40 +20,21 @@ import socket
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from runner.config.schema import outside_graph
+
 log = logging.getLogger("runner")
 
 ENABLE_VAR = "MS_COMPILER_CACHE_ENABLE"
 PATH_VAR = "MS_COMPILER_CACHE_PATH"
 RECORD = "compile.json"  # in the key's directory: the compile time of the run that filled it
-# Config keys that do not reach a graph by themselves: naming, logging, files, the seed of the data order and
+# Config keys that do not reach a graph by themselves, as the schema marks them (runner/config/schema.py GRAPH):
+# naming, logging, files, the seed of the data order and
 # the initial weights (parameters), optim.lr (the schedule's `learning_rate` Parameter: runner/training/optim.py).
 # The data's location, size and augmentation reach the graphs only through what the sequence records
 # (`graphs`: input shape, classes, soft labels, steps per epoch, validation batches). Everything else is in the
 # key, and so are the constants the built cells hold (graph_constants): where one of these keys does reach a
 # graph after all (min_lr/lr inside a cosine schedule, the seed inside a Dropout), it is there as a constant.
-NOT_IN_GRAPH = (
-    "experiment_name",
-    "logger",
-    "save_checkpoint",
-    "checkpoint",
-    "dry_run",
-    "resume",
-    "init_from",
-    "profile",
-    "log_every",
-    "early_stop",
-    "validation",
-    "ladder",
-    "compile_cache",
-    "seed",
-    "optim.lr",
-    "data.root",
-    "data.num_parallel_workers",
-    "data.on_bad_sample",
-    "data.val_fraction",
-    "data.num_samples",
-    "augment",
-)
+NOT_IN_GRAPH = outside_graph()
 _first_in_process: dict = {}
 
 
@@ -76,11 +57,6 @@ def training_graphs(data, batch: int, total_steps: int, trains: bool, evaluates:
     if evaluates and data.val_size:
         graphs.append({"graph": "eval", "samples": data.val_size, "batch": batch, "classes": data.num_classes})
     return graphs
-
-
-# Environment switches that change which operators the graphs hold (models/blocked.py): a graph compiled
-# without one must not be loaded with it.
-GRAPH_SWITCHES = ("MINDSPORE_RUNNER_PLAIN_BODY", "MINDSPORE_RUNNER_BLOCKED_ALL_ONEDNN")
 
 
 def source_digest() -> str:
@@ -184,7 +160,7 @@ def key(
 ) -> str:
     """The directory name for these graphs: MindSpore's version, the runner's source, the graph-relevant
     config, the command (`purpose`, with its own settings in `extra`), the sequence of graphs the process
-    compiles through the cache (`graphs`), device, rank, conv path, ISA cap, the GRAPH_SWITCHES set and the
+    compiles through the cache (`graphs`), device, rank, conv path, ISA cap and the
     built cells' constants (graph_constants). The seed joins it where a primitive takes a seed, and for a zoo
     model, whose construct (not ours to read) may call a random function that bakes one in."""
     import mindspore as ms
@@ -201,7 +177,6 @@ def key(
         "rank": [rank, world],
         "conv": conv,
         "isa": isa,
-        "switches": {name: os.environ.get(name, "") for name in GRAPH_SWITCHES},
         "constants": constants or [],
         "seed": cfg.get("seed") if seeded else None,
     }
