@@ -96,3 +96,18 @@ def test_an_o2_float16_run_records_its_dtypes_and_evaluates_to_its_accuracy(tmp_
     out = outputs_of(module_in_process("runner.evaluate", f"run={run}"))
     top1 = json.loads((out / "metrics.json").read_text())["top1"]
     assert top1 == pytest.approx(m["val_accuracy"], abs=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only
+def test_an_o2_float16_run_exports_to_its_numbers_and_fine_tunes(tmp_path, tiny):
+    run = tmp_path / "run"
+    run_in_process(run, "amp=o2", "amp.dtype=float16", *tiny)
+    out = outputs_of(module_in_process("runner.export", f"run={run}", "format=mindir", "parity_samples=10"))
+    record = json.loads((out / "export.json").read_text())
+    assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4  # the FP32 file against the run's network
+    tuned = tmp_path / "tuned"
+    run_in_process(tuned, "amp=o2", "amp.dtype=float16", f"init_from={run}", *tiny)
+    m = metrics(tuned)
+    assert m["amp_dtype_used"] == "float16" and "head.weight" in m["fine_tune"]["loaded"]
+    assert m["loss_curve"][0] < metrics(run)["loss_curve"][0]  # it started from the trained weights
