@@ -121,6 +121,19 @@ def test_a_mistake_is_one_paragraph_and_exit_2(zoo, capsys, argv, culprit):
     assert code == 2 and culprit in err and not out
 
 
+def test_a_diverged_runs_non_finite_numbers_are_its_records_not_a_broken_file(zoo):
+    # The runner writes NaN and infinities as strings (strict JSON has no literal for them): a run whose
+    # lr became inf and whose validation loss is NaN is still read, with its own status.
+    diverged = _copy(zoo / "failed", zoo.parent / "diverged")
+    m = metrics(diverged)
+    m["lr_curve"], m["val_curve"][0]["loss"], m["val_loss"] = ["inf"], "nan", "nan"
+    (diverged / "metrics.json").write_text(json.dumps(m))
+    assert status.read_run(str(diverged)).status == "failed"
+    m["val_curve"][0]["loss"] = "high"  # any other string is not a number
+    (diverged / "metrics.json").write_text(json.dumps(m))
+    assert status.read_run(str(diverged)).status == "half-written"
+
+
 def test_diff_exit_status_and_sections(zoo, capsys):
     code, out, _ = _runs(capsys, "diff", zoo / "finished", zoo / "failed")
     assert code == 0 and "The runs are the same" in out and "speed" in out

@@ -180,7 +180,10 @@ def read_record(path: str) -> Optional[str]:
         raise RecordProblem("not UTF-8 text") from None
 
 
-NUMBER = "number"  # a JSON number (a bool is not one)
+NUMBER = "number"  # a JSON number (a bool is not one), or a non-finite float as the runner writes it
+# atomic.finite_or_str writes NaN and infinities as these strings (strict JSON has no literal for them): a
+# diverged run's records hold them, and are still its records.
+NON_FINITE = ("nan", "inf", "-inf")
 
 
 def check_shape(value: Any, shape: Any, where: str) -> None:
@@ -201,7 +204,7 @@ def check_shape(value: Any, shape: Any, where: str) -> None:
         for i, item in enumerate(value):
             check_shape(item, shape[0], f"{where}[{i}]")
     elif shape == NUMBER:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) or value in NON_FINITE):
             raise RecordProblem(f"{where} is a JSON {_json_type(value)}, not a number")
     elif isinstance(value, bool) and shape is int or not isinstance(value, shape):
         raise RecordProblem(f"{where} is a JSON {_json_type(value)}, not {_shape_name(shape)}")
