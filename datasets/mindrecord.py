@@ -71,6 +71,49 @@ def _check_out(dst: str) -> bool:
     return True
 
 
+def _checked_images(src: str, classes: list, on_bad_sample: str):
+    """({split: [((path, class), (height, width))]}, the images skipped): every image checked before anything
+    is written."""
+    from runner.datasets.sources import _image_sizes
+
+    listed, skipped = {}, []
+    for split in SPLITS:
+        folder = os.path.join(src, split)
+        present = [c for c in classes if os.path.isdir(os.path.join(folder, c))]
+        sizes, good, bad, empty = _image_sizes(folder, present, on_bad_sample, SKIP_ADVICE)
+        if split == "train" and empty:
+            raise DataError(
+                f"Class folders with no images in {folder!r}: {empty}. A class needs training images; "
+                "add some or remove the folder (nothing was written)."
+            )
+        skipped += bad
+        listed[split] = list(zip(good, sizes))
+    return listed, skipped
+
+
+def _write_split(path: str, listed: list, index: dict, dst: str) -> None:
+    """One split's MindRecord file at path from its checked images, 1024 rows at a time (bounded memory)."""
+    from mindspore.mindrecord import FileWriter
+
+    from runner.datasets.sources import not_regular
+
+    writer = FileWriter(file_name=path, shard_num=1, overwrite=True)
+    writer.add_schema(SCHEMA, "runner image folder")
+    rows = []
+    for (image, c), (h, w) in listed:
+        why = not_regular(image)  # replaced by something else since it was checked
+        if why:
+            raise DataError(f"{image!r} changed while converting: {why}; nothing was written to {dst!r}.")
+        with open(image, "rb") as f:
+            rows.append({"image": f.read(), "label": index[c], "height": int(h), "width": int(w)})
+        if len(rows) == 1024:
+            writer.write_raw_data(rows)
+            rows = []
+    if rows:
+        writer.write_raw_data(rows)
+    writer.commit()
+
+
 def convert(src: str, dst: str, on_bad_sample: str = "error") -> dict:
     """Write dst/{train,val}.mindrecord and dst/classes.json from the image folder src; return counts.
 
@@ -82,26 +125,13 @@ def convert(src: str, dst: str, on_bad_sample: str = "error") -> dict:
     import shutil
     import tempfile
 
-    from mindspore.mindrecord import FileWriter
-
-    from runner.datasets.sources import _image_sizes, folder_classes, not_regular
+    from runner.datasets.sources import folder_classes
 
     src, dst = os.path.expanduser(src), os.path.abspath(os.path.expanduser(dst))
     classes = folder_classes(src, "the image folder")
     replace = _check_out(dst)
     index = {c: i for i, c in enumerate(classes)}
-    listed, skipped = {}, []
-    for split in SPLITS:  # every image checked before anything is written
-        folder = os.path.join(src, split)
-        present = [c for c in classes if os.path.isdir(os.path.join(folder, c))]
-        sizes, good, bad, empty = _image_sizes(folder, present, on_bad_sample, SKIP_ADVICE)
-        if split == "train" and empty:
-            raise DataError(
-                f"Class folders with no images in {folder!r}: {empty}. A class needs training images; "
-                "add some or remove the folder (nothing was written)."
-            )
-        skipped += bad
-        listed[split] = list(zip(good, sizes))
+    listed, skipped = _checked_images(src, classes, on_bad_sample)
     parent = os.path.dirname(dst)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -110,21 +140,7 @@ def convert(src: str, dst: str, on_bad_sample: str = "error") -> dict:
         raise DataError(f"Cannot write beside the output {dst!r} ({e.strerror}); nothing was written.") from None
     try:
         for split in SPLITS:
-            writer = FileWriter(file_name=os.path.join(work, f"{split}.mindrecord"), shard_num=1, overwrite=True)
-            writer.add_schema(SCHEMA, "runner image folder")
-            rows = []
-            for (path, c), (h, w) in listed[split]:
-                why = not_regular(path)  # replaced by something else since it was checked
-                if why:
-                    raise DataError(f"{path!r} changed while converting: {why}; nothing was written to {dst!r}.")
-                with open(path, "rb") as f:
-                    rows.append({"image": f.read(), "label": index[c], "height": int(h), "width": int(w)})
-                if len(rows) == 1024:  # bounded memory for large folders
-                    writer.write_raw_data(rows)
-                    rows = []
-            if rows:
-                writer.write_raw_data(rows)
-            writer.commit()
+            _write_split(os.path.join(work, f"{split}.mindrecord"), listed[split], index, dst)
         with open(os.path.join(work, CLASSES), "w") as f:
             json.dump(classes, f)
         counts = {split: len(listed[split]) for split in SPLITS}

@@ -81,14 +81,7 @@ def _pipeline(d, cfg, padding, channels_on_disk: int, sizes, batch_size: int, tr
     return d
 
 
-def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=None, label_depth=None) -> Data:
-    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
-
-    shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
-    augment: the `augment` settings (datasets.settings.AugmentConfig), applied to training only.
-    label_depth: the width of one-hot labels when batches are mixed (the network's outputs);
-    None: the data's class count.
-    """
+def _check_padding_for(padding, shard) -> None:
     check_padding(padding)
     if shard is not None and padding.name != "fixed":
         # Each rank would form its own buckets from its own samples, so ranks could run different
@@ -97,6 +90,37 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=Non
             f"padding={padding.name} cannot be used with data parallel training: ranks would run "
             "different numbers of steps. Use padding=fixed."
         )
+
+
+def _train_augment(augment, aug_args, depth: int, classes: int, seed: int):
+    """The training pipeline's augmentation stages (None without `augment`): per sample, per tensor, the
+    one-hot labels and the batch mixing, and whether they replace the resize."""
+    if augment is None:
+        return None
+    if A.soft_labels(augment) and depth < classes:
+        raise DataConfigError(
+            f"The data has {classes} classes but the network {depth} outputs: one-hot labels for "
+            "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
+        )
+    mix = A.batch_ops(augment)
+    return (
+        A.sample_ops(augment, *aug_args),
+        A.tensor_ops(augment, seed),
+        A.one_hot(depth) if mix else [],
+        mix,
+        A.replaces_resize(augment),
+    )
+
+
+def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=None, label_depth=None) -> Data:
+    """Train/val pipelines from the `data` and `padding` groups, shuffled with the run's seed.
+
+    shard=(num_shards, shard_id): this data-parallel rank's share of the training set.
+    augment: the `augment` settings (datasets.settings.AugmentConfig), applied to training only.
+    label_depth: the width of one-hot labels when batches are mixed (the network's outputs);
+    None: the data's class count.
+    """
+    _check_padding_for(padding, shard)
     ds.config.set_seed(seed)
     src = SOURCES[cfg.name](cfg, seed)
     if shard is not None:
@@ -107,22 +131,7 @@ def build_data(cfg, padding, batch_size: int, seed: int, shard=None, augment=Non
         )
     fixed_size = (padding.height, padding.width) if padding.name == "fixed" else (None, None)
     aug_args = (cfg.channels, *fixed_size, cfg.mirrorable)
-    train_aug = None
-    if augment is not None:
-        depth = label_depth or src.num_classes
-        if A.soft_labels(augment) and depth < src.num_classes:
-            raise DataConfigError(
-                f"The data has {src.num_classes} classes but the network {depth} outputs: one-hot labels for "
-                "mixup/cutmix cannot hold them. Raise model.num_classes or leave it null."
-            )
-        mix = A.batch_ops(augment)
-        train_aug = (
-            A.sample_ops(augment, *aug_args),
-            A.tensor_ops(augment, seed),
-            A.one_hot(depth) if mix else [],
-            mix,
-            A.replaces_resize(augment),
-        )
+    train_aug = _train_augment(augment, aug_args, label_depth or src.num_classes, src.num_classes, seed)
 
     def pipeline(d, sizes, train):
         aug = train_aug if train else None

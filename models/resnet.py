@@ -124,6 +124,37 @@ def stem_max_pool(padding: str = "same") -> nn.MaxPool2d:
     return nn.MaxPool2d(3, stride=2, pad_mode="same")
 
 
+def _stem(in_channels, width, size, conv_path, large_stem, stem_pool):
+    """(the stem cell, the side of its output)."""
+    if large_stem:  # ImageNet stem: 7x7/2 conv and 3x3/2 max pool, for inputs of 64 px and up
+        cell = nn.SequentialCell(
+            [
+                conv(in_channels, width, 7, 2, 3, size, conv_path),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                stem_max_pool(stem_pool) if stem_pool == "torch" else max_pool(3, 2, conv_path),
+            ]
+        )
+        return cell, -(-conv_output_size(size, 7, 2, 3) // 2)  # pad_mode="same" pool: ceil(size / 2)
+    cell = nn.SequentialCell([conv3x3(in_channels, width, 1, size, conv_path), nn.BatchNorm2d(width), nn.ReLU()])
+    return cell, size
+
+
+def _stages(block, blocks_per_stage, width, size, conv_path):
+    """(the stages, each a SequentialCell of blocks; the channels the last one gives out)."""
+    cin, stages = width, []
+    for i, n in enumerate(blocks_per_stage):
+        w = width * 2**i
+        layers = []
+        for j in range(n):
+            stride = 2 if (i > 0 and j == 0) else 1
+            layers.append(block(cin, w, stride, size, conv_path))
+            size = conv_output_size(size, 3, stride, 1)
+            cin = w * block.expansion
+        stages.append(nn.SequentialCell(layers))
+    return stages, cin
+
+
 class ResNet(nn.Cell):
     """stem -> layer1..layerN -> global average pool -> head (dense to num_classes)."""
 
@@ -142,30 +173,8 @@ class ResNet(nn.Cell):
         blocked_layers="chosen",
     ):
         super().__init__()
-        if large_stem:  # ImageNet stem: 7x7/2 conv and 3x3/2 max pool, for inputs of 64 px and up
-            self.stem = nn.SequentialCell(
-                [
-                    conv(in_channels, width, 7, 2, 3, size, conv_path),
-                    nn.BatchNorm2d(width),
-                    nn.ReLU(),
-                    stem_max_pool(stem_pool) if stem_pool == "torch" else max_pool(3, 2, conv_path),
-                ]
-            )
-            size = -(-conv_output_size(size, 7, 2, 3) // 2)  # pad_mode="same" pool: ceil(size / 2)
-        else:
-            self.stem = nn.SequentialCell(
-                [conv3x3(in_channels, width, 1, size, conv_path), nn.BatchNorm2d(width), nn.ReLU()]
-            )
-        cin, stages = width, []
-        for i, n in enumerate(blocks_per_stage):
-            w = width * 2**i
-            layers = []
-            for j in range(n):
-                stride = 2 if (i > 0 and j == 0) else 1
-                layers.append(block(cin, w, stride, size, conv_path))
-                size = conv_output_size(size, 3, stride, 1)
-                cin = w * block.expansion
-            stages.append(nn.SequentialCell(layers))
+        self.stem, size = _stem(in_channels, width, size, conv_path, large_stem, stem_pool)
+        stages, cin = _stages(block, blocks_per_stage, width, size, conv_path)
         # Named attributes (layer1, layer2, ...) give cells the names users pass to amp.keep_fp32.
         self.layer1 = stages[0]
         self.layer2 = stages[1]
@@ -304,21 +313,11 @@ def resnet(
     when it is asked of a CIFAR stem, which has no pool. blocked_body, blocked_layers: model.blocked_body and
     model.blocked_layers (ResNet.attach_blocked).
     """
-    body = {"blocked_body": blocked_body, "blocked_layers": blocked_layers}
+    body = {"blocked_body": blocked_body, "blocked_layers": blocked_layers, "conv_path": conv, "size": image_size}
     if style == "cifar":
         if depth not in CIFAR_DEPTHS:
             raise ValueError(f"CIFAR-style ResNet depth must be one of {sorted(CIFAR_DEPTHS)}, got {depth}")
-        return ResNet(
-            BasicBlock,
-            [CIFAR_DEPTHS[depth]] * 3,
-            width,
-            num_classes,
-            in_channels,
-            large_stem=False,
-            size=image_size,
-            conv_path=conv,
-            **body,
-        )
+        return ResNet(BasicBlock, [CIFAR_DEPTHS[depth]] * 3, width, num_classes, in_channels, False, **body)
     if depth not in IMAGENET_DEPTHS:
         raise ValueError(f"ImageNet-style ResNet depth must be one of {sorted(IMAGENET_DEPTHS)}, got {depth}")
     kind, blocks = IMAGENET_DEPTHS[depth]
@@ -331,15 +330,4 @@ def resnet(
             f"the stem at {image_size} px is the CIFAR one (3x3 conv, no max pool), so stem_pool={stem_pool} "
             "would change nothing; the ImageNet stem (stem=imagenet) has the pool it pads"
         )
-    return ResNet(
-        block,
-        blocks,
-        width,
-        num_classes,
-        in_channels,
-        large_stem=large,
-        size=image_size,
-        conv_path=conv,
-        stem_pool=stem_pool,
-        **body,
-    )
+    return ResNet(block, blocks, width, num_classes, in_channels, large, stem_pool=stem_pool, **body)
