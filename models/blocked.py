@@ -64,8 +64,8 @@ def converters(channels: int, b: int):
     def same(x, like):
         return x
 
-    back_to = ops.Custom(f"{so}:ToBlocked", out_shape=blocked, out_dtype=same, func_type="aot")
-    back_from = ops.Custom(f"{so}:FromBlocked", out_shape=plain, out_dtype=same, func_type="aot")
+    back_to = onednn.custom(so, "ToBlocked", blocked, same, reads=(b,))
+    back_from = onednn.custom(so, "FromBlocked", plain, same)
 
     def to_bprop(x, like, out, dout):
         return back_from(dout, like), ops.zeros_like(like)
@@ -73,8 +73,8 @@ def converters(channels: int, b: int):
     def from_bprop(x, like, out, dout):
         return back_to(dout, like), ops.zeros_like(like)
 
-    to = ops.Custom(f"{so}:ToBlocked", out_shape=blocked, out_dtype=same, func_type="aot", bprop=to_bprop)
-    frm = ops.Custom(f"{so}:FromBlocked", out_shape=plain, out_dtype=same, func_type="aot", bprop=from_bprop)
+    to = onednn.custom(so, "ToBlocked", blocked, same, to_bprop, (b,))
+    frm = onednn.custom(so, "FromBlocked", plain, same, from_bprop)
     return to, frm, Tensor(np.zeros(channels, np.float32))
 
 
@@ -90,25 +90,16 @@ def _conv_ops(
         side = [(x[i] + 2 * padding - kernel_size) // stride + 1 for i in (2, 3)]
         return [x[0], blocks(w[0], b), side[0], side[1], b]
 
-    backward_data = ops.Custom(
-        f"{so}:{data_kind or kind}BackwardData",
-        out_shape=lambda dy, w, x, g: x,
-        out_dtype=lambda dy, w, x, g: x,
-        func_type="aot",
-    )
-    backward_weights = ops.Custom(
-        f"{so}:{weights_kind or kind}BackwardWeights",
-        out_shape=lambda x, dy, w, g: w,
-        out_dtype=lambda x, dy, w, g: w,
-        func_type="aot",
+    backward_data = onednn.custom(so, f"{data_kind or kind}BackwardData", lambda dy, w, x, g: x, lambda dy, w, x, g: x)
+    backward_weights = onednn.custom(
+        so, f"{weights_kind or kind}BackwardWeights", lambda x, dy, w, g: w, lambda x, dy, w, g: w
     )
 
     def bprop(x, w, g, out, dout):
         return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
 
-    forward = ops.Custom(
-        f"{so}:{kind}Forward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop
-    )
+    reads = (kernel_size, stride, padding, b)
+    forward = onednn.custom(so, f"{kind}Forward", y_shape, lambda x, w, g: x, bprop, reads)
     return forward, onednn.geometry((stride,) * 2, (padding,) * 4)
 
 
@@ -153,11 +144,8 @@ def bn_ops(relu: bool, eps: float, b: int):
             raise ModelError(f"model.conv: oneDNN has no batch normalization for blocked input {tuple(x)}")
         return [max(got, 1)]
 
-    backward = ops.Custom(
-        f"{so}:BnBackward",
-        out_shape=lambda dy, x, g, m, v, ws, cfg: (x, g, g),
-        out_dtype=lambda dy, x, g, m, v, ws, cfg: (x, g, g),
-        func_type="aot",
+    backward = onednn.custom(
+        so, "BnBackward", lambda dy, x, g, m, v, ws, cfg: (x, g, g), lambda dy, x, g, m, v, ws, cfg: (x, g, g)
     )
 
     def batch_bprop(x, gamma, beta, cfg, out, dout):
@@ -168,19 +156,21 @@ def bn_ops(relu: bool, eps: float, b: int):
         dx, dgamma, dbeta = backward(dout[0], x, gamma, mean, var, out[1], cfg)
         return dx, dgamma, dbeta, ops.zeros_like(mean), ops.zeros_like(var), ops.zeros_like(cfg)
 
-    batch = ops.Custom(
-        f"{so}:BnTrainForward",
-        out_shape=lambda x, g, bt, cfg: (x, g, g, workspace(x, g, cfg, 0)),
-        out_dtype=lambda x, g, bt, cfg: (x, g, g, mstype.uint8),
-        func_type="aot",
-        bprop=batch_bprop,
+    batch = onednn.custom(
+        so,
+        "BnTrainForward",
+        lambda x, g, bt, cfg: (x, g, g, workspace(x, g, cfg, 0)),
+        lambda x, g, bt, cfg: (x, g, g, mstype.uint8),
+        batch_bprop,
+        (b, eps_bits),
     )
-    glob = ops.Custom(
-        f"{so}:BnGlobalForward",
-        out_shape=lambda x, g, bt, m, v, cfg: (x, workspace(x, g, cfg, 1)),
-        out_dtype=lambda x, g, bt, m, v, cfg: (x, mstype.uint8),
-        func_type="aot",
-        bprop=global_bprop,
+    glob = onednn.custom(
+        so,
+        "BnGlobalForward",
+        lambda x, g, bt, m, v, cfg: (x, workspace(x, g, cfg, 1)),
+        lambda x, g, bt, m, v, cfg: (x, mstype.uint8),
+        global_bprop,
+        (b, eps_bits),
     )
     # (relu, epsilon's bits, global statistics), and a fourth value (unread) where the ReLU is fused.
     cfg = [Tensor(np.array([int(relu), eps_bits, g] + [1] * relu, np.int64)) for g in (0, 1)]
@@ -190,13 +180,13 @@ def bn_ops(relu: bool, eps: float, b: int):
 def add_relu_op():
     """(a, b) -> relu(a + b) on two tensors of one layout, with its backward (the same gradient to both)."""
     so = onednn.library()
-    backward = ops.Custom(f"{so}:ReluBackward", out_shape=lambda dy, y: dy, out_dtype=lambda dy, y: dy, func_type="aot")
+    backward = onednn.custom(so, "ReluBackward", lambda dy, y: dy, lambda dy, y: dy)
 
     def bprop(a, b, out, dout):
         d = backward(dout, out)
         return d, d
 
-    return ops.Custom(f"{so}:AddRelu", out_shape=lambda a, b: a, out_dtype=lambda a, b: a, func_type="aot", bprop=bprop)
+    return onednn.custom(so, "AddRelu", lambda a, b: a, lambda a, b: a, bprop)
 
 
 def max_pool_op(kernel_size: int, stride: int, b: int):
@@ -212,7 +202,7 @@ def max_pool_op(kernel_size: int, stride: int, b: int):
             raise ModelError(f"model.conv: oneDNN has no max pooling for blocked input {tuple(x)}")
         return [n, cb, -(-h // stride), -(-w // stride), b], [max(got, 1)]
 
-    return onednn.pool_with_workspace(so, shapes, kernel_size, stride)
+    return onednn.pool_with_workspace(so, shapes, kernel_size, stride, b)
 
 
 def bn_blocked(self, x, relu: bool):

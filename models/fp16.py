@@ -57,12 +57,12 @@ def _fused():
     except Exception as e:  # no compiler, no writable directory: the Cast pairs round alike, slower
         log.info("amp float16 on CPU: rounding by Cast pairs (%s)", e)
         return None
-    back = ops.Custom(f"{so}:RoundF16", out_shape=lambda x: x, out_dtype=lambda x: x, func_type="aot")
+    back = onednn.custom(so, "RoundF16", lambda x: x, lambda x: x)
 
     def bprop(x, out, dout):
         return (back(dout),)
 
-    _Round.op = ops.Custom(f"{so}:RoundF16", out_shape=lambda x: x, out_dtype=lambda x: x, func_type="aot", bprop=bprop)
+    _Round.op = onednn.custom(so, "RoundF16", lambda x: x, lambda x: x, bprop)
     return _Round.op
 
 

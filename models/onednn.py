@@ -456,6 +456,22 @@ def _compile(compiler: str, dnnl: Path, out: Path) -> str:
     return str(out)
 
 
+def custom(so: str, func: str, out_shape, out_dtype, bprop=None, reads: tuple = ()):
+    """The AOT operator `func` of library `so`, its outputs' shapes and dtypes given by out_shape and out_dtype.
+
+    reads: the values out_shape takes from its closure rather than from its inputs' shapes (a stride, a
+    block size). They become an attribute of the operator because PyNative caches an operator's inferred
+    output shapes by its name, attributes and input shapes: a stride-2 convolution run after a stride-1 one
+    on the same input shape was handed the stride-1 output's shape, and a buffer of that size.
+    """
+    from mindspore import ops
+
+    op = ops.Custom(f"{so}:{func}", out_shape=out_shape, out_dtype=out_dtype, func_type="aot", bprop=bprop)
+    if reads:
+        op.add_prim_attr("shape_reads", repr(tuple(reads)))
+    return op
+
+
 def forward_op(kernel, stride, padding, dilation=(1, 1), same: bool = False):
     """The forward operator (x, w, geometry) -> y of one convolution, with its backward (dx, dw) attached.
 
@@ -475,23 +491,14 @@ def forward_op(kernel, stride, padding, dilation=(1, 1), same: bool = False):
     def y_shape(x, w, g):
         return [x[0], w[0], side(x[2], kh, sh, pt, pb, dh), side(x[3], kw, sw, pl, pr, dw)]
 
-    backward_data = ops.Custom(
-        f"{so}:ConvBackwardData",
-        out_shape=lambda dy, w, x, g: x,
-        out_dtype=lambda dy, w, x, g: x,
-        func_type="aot",
-    )
-    backward_weights = ops.Custom(
-        f"{so}:ConvBackwardWeights",
-        out_shape=lambda x, dy, w, g: w,
-        out_dtype=lambda x, dy, w, g: w,
-        func_type="aot",
-    )
+    backward_data = custom(so, "ConvBackwardData", lambda dy, w, x, g: x, lambda dy, w, x, g: x)
+    backward_weights = custom(so, "ConvBackwardWeights", lambda x, dy, w, g: w, lambda x, dy, w, g: w)
 
     def bprop(x, w, g, out, dout):
         return backward_data(dout, w, x, g), backward_weights(x, dout, w, g), ops.zeros_like(g)
 
-    return ops.Custom(f"{so}:ConvForward", out_shape=y_shape, out_dtype=lambda x, w, g: x, func_type="aot", bprop=bprop)
+    reads = (kernel, stride, padding, dilation, same)
+    return custom(so, "ConvForward", y_shape, lambda x, w, g: x, bprop, reads)
 
 
 def geometry(stride, padding, dilation=(1, 1), groups: int = 1, same: bool = False):
@@ -522,27 +529,17 @@ def max_pool_op(kernel_size: int, stride: int):
     return pool_with_workspace(so, shapes, kernel_size, stride)
 
 
-def pool_with_workspace(so: str, shapes, kernel_size: int, stride: int):
+def pool_with_workspace(so: str, shapes, kernel_size: int, stride: int, block: int = 0):
     """(MaxPoolForward with its backward attached, the (kernel, stride) tensor it takes): shapes(x, ks) gives
-    the output's and the workspace's shapes, plain or blocked (models/blocked.py)."""
+    the output's and the workspace's shapes, plain or blocked in blocks of `block` (models/blocked.py)."""
     from mindspore import Tensor, ops
     from mindspore import dtype as mstype
 
-    backward = ops.Custom(
-        f"{so}:MaxPoolBackward",
-        out_shape=lambda dy, ws, x, ks: x,
-        out_dtype=lambda dy, ws, x, ks: x,
-        func_type="aot",
-    )
+    backward = custom(so, "MaxPoolBackward", lambda dy, ws, x, ks: x, lambda dy, ws, x, ks: x)
 
     def bprop(x, ks, out, dout):
         return backward(dout[0], out[1], x, ks), ops.zeros_like(ks)
 
-    forward = ops.Custom(
-        f"{so}:MaxPoolForward",
-        out_shape=shapes,
-        out_dtype=lambda x, ks: (x, mstype.uint8),
-        func_type="aot",
-        bprop=bprop,
-    )
+    out_dtype = lambda x, ks: (x, mstype.uint8)  # noqa: E731
+    forward = custom(so, "MaxPoolForward", shapes, out_dtype, bprop, (kernel_size, stride, block))
     return forward, Tensor(np.array([kernel_size, stride], np.int64))

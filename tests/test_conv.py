@@ -195,6 +195,34 @@ def test_clearing_the_operator_caches_drops_their_entries_and_the_next_call_rebu
 
 
 @needs_compiler
+def test_convolutions_of_one_input_shape_and_other_strides_each_get_their_own_output_shape(pynative):
+    # PyNative caches a custom operator's inferred shapes by its name and input shapes: without the
+    # geometry among its attributes, the stride-2 layer was handed the stride-1 layer's 8x8 output (a
+    # ResNet-50 recipe then failed on its first residual add of layer4).
+    from runner.models import blocked
+
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((1, 8, 8, 8), dtype=np.float32))
+    for stride, side in ((1, 8), (2, 4), (1, 8)):
+        ref = C.PathConv2d(8, 8, 3, stride, 1, "native", 8)
+        dnn = C.PathConv2d(8, 8, 3, stride, 1, "onednn", 8)
+        dnn.weight.set_data(ref.weight.data)
+        got = dnn(x)
+        assert got.shape == (1, 8, side, side)
+        np.testing.assert_allclose(got.asnumpy(), ref(x).asnumpy(), rtol=1e-5, atol=1e-5)
+    b = blocked.block_size()
+    if b:  # the blocked body's convolution and pool infer from their closures likewise
+        to, _, like = blocked.converters(8, b)
+        xb = to(x, like)
+        for stride, side in ((1, 8), (2, 4)):
+            op, g = blocked.conv_op(3, stride, 1, b)
+            assert op(xb, Tensor(rng.standard_normal((8, 8, 3, 3), dtype=np.float32)), g).shape[2:4] == (side, side)
+        for stride, side in ((1, 8), (2, 4)):
+            pool, ks = blocked.max_pool_op(3, stride, b)
+            assert pool(xb, ks)[0].shape[2:4] == (side, side)
+
+
+@needs_compiler
 @pytest.mark.slow
 def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monkeypatch):
     from runner.models import onednn
