@@ -37,7 +37,8 @@ def _step(level, conv, *, target="CPU", keep=(), input_scale=1.0, loss_scale=102
 
 
 @pytest.mark.cpu_only
-@pytest.mark.parametrize("conv", ["native", "onednn"])
+# The default path (onednn on a CPU with a compiler) in the default suite; the native one (35 s) with the slow tests.
+@pytest.mark.parametrize("conv", [pytest.param("native", marks=pytest.mark.slow), "onednn"])
 def test_o2_float16_on_cpu_overflows_as_fp16_on_the_fp32_body(conv):
     # The fast path keeps the FP32 body (blocked where model.conv gives one) and matches MindSpore's FP16 O2.
     loss, bad, blocked = _step("O2", conv)

@@ -289,8 +289,10 @@ def twins(depth, style, width, size, conv="onednn"):
 
 @pytest.mark.parametrize(
     "depth,style,width,size",
-    [(18, "imagenet", 8, 64), (20, "cifar", 12, 8)],  # widths 8 and 12: padded channel blocks
-    ids=["resnet18-imagenet-stem", "resnet20-cifar"],
+    [  # widths 8 and 12: padded channel blocks; the ImageNet stem's 64 px (20 s) with the slow tests
+        pytest.param(18, "imagenet", 8, 64, id="resnet18-imagenet-stem", marks=pytest.mark.slow),
+        pytest.param(20, "cifar", 12, 8, id="resnet20-cifar"),
+    ],
 )
 def test_a_whole_resnet_on_the_blocked_body_equals_the_plain_path(graph_and_block, depth, style, width, size):
     # model.conv=best (these widths are below what it times: every layer oneDNN, as without a timing cache).

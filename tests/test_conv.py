@@ -257,6 +257,7 @@ def test_onednn_builds_its_library_once_and_rebuilds_a_broken_one(tmp_path, monk
 
 
 @needs_compiler
+@pytest.mark.slow  # a rebuild of the library: 28 s on 2 cores
 def test_a_cached_library_cut_short_is_rebuilt_not_a_crash(tmp_path):
     # dlopen of a library cut short maps segments past the end of the file: the first touch was SIGBUS
     # (exit 135, no message) in every later run. The digest check runs before anything is loaded; in a
