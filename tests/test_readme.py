@@ -117,16 +117,9 @@ def test_using_a_trained_model_runs_as_written(tmp_path):
     assert len(truth) == 60 and all(t == p for t, p in truth)  # "All 60 are classified as their true class"
 
 
-def training_commands() -> list:
-    """Every `python -m runner ...` / `runner-train ...` / `runner-configs ...` command line in the code blocks of
-    the README and the site's pages (a trailing `\\` continues it), in order, with comments cut, each once."""
-    found = []
-    for _, text in user_docs():
-        found += _training_commands(text.splitlines())
-    return list(dict.fromkeys(found))  # the README repeats a few of the pages' commands: each runs once
-
-
 def _training_commands(lines: list) -> list:
+    """Every `python -m runner ...` / `runner-train ...` / `runner-configs ...` command line in the code blocks of
+    a page (a trailing `\\` continues it), in order, with comments cut."""
     found, block = [], False
     i = 0
     while i < len(lines):
@@ -150,23 +143,37 @@ def _training_commands(lines: list) -> list:
 NEEDS_ELSEWHERE = re.compile(r"<|~/|=/data|=/w/|submitit_slurm")
 
 
+def dry_run_commands() -> dict:
+    """{page: its training commands a test machine can run}, each command under the first page that shows it."""
+    seen, pages = set(), {}
+    for name, text in user_docs():
+        for cmd in _training_commands(text.splitlines()):
+            if cmd in seen or NEEDS_ELSEWHERE.search(cmd) or cmd.count("python -m runner") > 1:
+                continue  # (two nodes' commands side by side need two machines)
+            seen.add(cmd)
+            pages.setdefault(name, []).append(cmd)
+    return pages
+
+
+def test_the_docs_show_the_training_commands_the_dry_runs_read():
+    assert sum(map(len, dry_run_commands().values())) >= 15 and "README.md" in dry_run_commands()
+
+
+# One case a page, the page's commands in order: the slow suite's workers share them out, where one case of
+# 45 commands (4 min) kept a worker busy after the other had finished.
 @pytest.mark.slow
-def test_every_training_command_in_the_docs_runs_as_a_dry_run(tmp_path):
+@pytest.mark.parametrize("name", list(dry_run_commands()))
+def test_every_training_command_in_the_docs_runs_as_a_dry_run(tmp_path, name):
     from test_commands import readme_files
 
     readme_files(tmp_path)  # the pages' example config files, for the commands that use them
     env = reader_env()
-    ran = []
-    for cmd in training_commands():
-        if NEEDS_ELSEWHERE.search(cmd) or cmd.count("python -m runner") > 1:  # (two nodes' commands side by side)
-            continue
+    for cmd in dry_run_commands()[name]:
         prints = any(flag in cmd.split() for flag in ("--help", "--cfg", "-sc")) or cmd.startswith("runner-configs")
         full = cmd if prints or "dry_run=" in cmd else f"{cmd} dry_run=true"
         proc = subprocess.run(["bash", "-c", full], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0 and "Traceback" not in out, f"{full}\n{out[-3000:]}"
-        ran.append(cmd)
-    assert len(ran) >= 15, ran
 
 
 NUMBER = re.compile(r"\d+\.\d+(?:e[+-]?\d+)?|\d+(?:e[+-]?\d+)?")
