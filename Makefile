@@ -29,8 +29,10 @@ compiler:
 	  echo "note: no C++ compiler ($${CXX:-g++}, c++): the tests of the compiled oneDNN operators will skip." \
 	    "Install one (Debian/Ubuntu: apt-get install g++) or set CXX to run them."
 
+# --dist worksteal: the slow tests take 5 s to 3 min each; a worker that has finished its share takes tests
+# from the other's, where the default split left one worker running its last long tests alone.
 test-slow: $(STAMP) compiler
-	$(PY) -m pytest -m slow -n auto
+	$(PY) -m pytest -m slow -n auto --dist worksteal
 
 test-all: $(STAMP) compiler
 	$(PY) -m pytest -m '' -n auto

@@ -132,12 +132,16 @@ def test_predict_many_sizes_with_every_padding(tmp_path, padding):
     root = word_digit_folder(tmp_path / "digits", per_class=8, val_per_class=4)
     run = tmp_path / "run"
     run_cli(run, *folder_run_args(root, padding))
-    top1 = json.loads((outputs_of(run_module("runner.evaluate", f"run={run}")) / "metrics.json").read_text())["top1"]
+    top1 = json.loads((outputs_of(module_in_process("runner.evaluate", f"run={run}")) / "metrics.json").read_text())[
+        "top1"
+    ]
     assert top1 == metrics(run)["val_accuracy"]
-    rows = predictions(outputs_of(run_module("runner.predict", f"run={run}", f"input={root / 'val'}", "batch_size=5")))
+    rows = predictions(
+        outputs_of(module_in_process("runner.predict", f"run={run}", f"input={root / 'val'}", "batch_size=5"))
+    )
     assert len(rows) == 40 and top1_of(rows) == top1
     # One exported file per input shape the padding makes: each bucket, else one.
-    record = json.loads((outputs_of(run_module("runner.export", f"run={run}")) / "export.json").read_text())
+    record = json.loads((outputs_of(module_in_process("runner.export", f"run={run}")) / "export.json").read_text())
     shapes = [f["input_shape"][2:] for f in record["files"]]
     assert shapes == ([[8, 8], [16, 16]] if "padding=bucket" in padding else shapes[:1])
     assert record["parity_ok"] and record["max_abs_diff"] <= 1e-4 and record["top1_agreement"] == 1.0

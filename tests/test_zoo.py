@@ -93,9 +93,11 @@ def test_resnet_stem_is_explicit():
 
 @pytest.mark.slow
 def test_zoo_model_with_amp_islands_diagnosis_and_flops(tmp_path):
-    # Measured: ~3 min on a shared 2-core CPU (pynative, so no compile; the diagnosis rebuilds the net).
+    # PyNative, so no compile, but ~1.4 s a step here (float16 kernels): half the digits held out (28 steps, not
+    # 44); the guard trips at step 13, when the dynamic loss scale has fallen to 1.
     fault = tmp_path / "fault"
-    args = [*ZOO, "mode=pynative", "amp=o2", "data.input_scale=1e5", "diagnose.patience=3", "eval=false"]
+    args = [*ZOO, "data.val_fraction=0.5", "mode=pynative", "amp=o2", "data.input_scale=1e5", "diagnose.patience=3"]
+    args.append("eval=false")
     proc = run_cli(fault, *args, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     diag = json.loads((fault / "diagnosis.json").read_text())
