@@ -11,6 +11,7 @@ from omegaconf.errors import OmegaConfBaseException
 from runner.config.amp_dtype import amp_problems
 from runner.config.callables import target_allowed, target_refusal
 from runner.config.isa import check_cpu_isa
+from runner.config.optim_options import OPTIMIZERS, SCHEDULES
 from runner.config.schema import (
     AugmentConfig,
     Config,
@@ -62,29 +63,9 @@ USES = {
         ("init", "factor", "window", "drop_overflow_update"),
         {"none": set(), "fixed": {"init", "drop_overflow_update"}, "dynamic": {"init", "factor", "window"}},
     ),
-    "optim": (
-        "optim.schedule",
-        ("warmup_epochs", "min_lr", "step_epochs", "gamma", "milestones", "pct_start", "div_factor"),
-        {
-            "constant": {"warmup_epochs"},
-            "cosine": {"warmup_epochs", "min_lr"},
-            "step": {"warmup_epochs", "step_epochs", "gamma"},
-            "multistep": {"warmup_epochs", "milestones", "gamma"},
-            "exponential": {"warmup_epochs", "gamma"},
-            "onecycle": {"min_lr", "pct_start", "div_factor"},  # its rising phase is the warmup
-        },
-    ),
-    "optim.name": (
-        "optim.name",
-        ("nesterov", "beta2", "eps"),
-        {
-            "momentum": {"nesterov"},
-            "sgd": {"nesterov"},
-            "adam": {"beta2", "eps"},
-            "adamw": {"beta2", "eps"},
-            "lion": {"beta2"},
-        },
-    ),
+    # Declared with each option (runner/config/optim_options.py): "onecycle" reads no warmup, its rise is one.
+    "optim": ("optim.schedule", *SCHEDULES.uses()),
+    "optim.name": ("optim.name", *OPTIMIZERS.uses()),
     "model": (
         "model.style",
         ("depth", "width", "stem", "stem_pool", "arch", "checkpoint"),

@@ -7,13 +7,14 @@ Every config group's YAML merges into one of these dataclasses, so an unknown ke
 the wrong type fails while Hydra composes, before MindSpore is imported.
 """
 
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from functools import cache
-from typing import List, Optional, Tuple, get_args, get_type_hints
+from typing import TYPE_CHECKING, List, Optional, Tuple, get_args, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from runner.config.optim_options import OPTIMIZERS, SCHEDULES
 from runner.datasets.settings import OUTSIDE_GRAPH, AugmentConfig, Choice, DataConfig, PaddingConfig
 from runner.models.settings import ModelConfig
 
@@ -54,21 +55,14 @@ class LossScaleType(Choice):
     dynamic = "dynamic"
 
 
-class OptimName(Choice):
-    momentum = "momentum"
-    sgd = "sgd"
-    adam = "adam"
-    adamw = "adamw"
-    lion = "lion"
-
-
-class Schedule(Choice):
-    constant = "constant"
-    cosine = "cosine"
-    step = "step"
-    multistep = "multistep"
-    exponential = "exponential"
-    onecycle = "onecycle"
+# The optimizers and schedules are declared once, in runner/config/optim_options.py (installed packages'
+# included); their enums follow from those registries.
+if TYPE_CHECKING:
+    OptimName = Choice
+    Schedule = Choice
+else:
+    OptimName = Choice("OptimName", {n: n for n in OPTIMIZERS.names()}, module=__name__)
+    Schedule = Choice("Schedule", {n: n for n in SCHEDULES.names()}, module=__name__)
 
 
 class Target(Choice):
@@ -133,31 +127,47 @@ class SinkConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimCommon:
+    """What every optimizer and schedule reads; OptimConfig adds the fields of each (optim_options.py)."""
+
     name: OptimName = MISSING
     # the peak rate; the schedule is a factor of it, and a Parameter of the graph (a floor, min_lr/lr, is a constant)
     lr: float = field(default=0.1, metadata=OUTSIDE_GRAPH)
     momentum: float = 0.9  # SGD momentum; beta1 of adam, adamw, lion
-    beta2: float = 0.999  # adam, adamw, lion
-    eps: float = 1e-8  # adam, adamw
-    nesterov: bool = False  # momentum, sgd
     weight_decay: float = 1e-4  # L2 (momentum, sgd, adam); decoupled (adamw, lion)
     # No weight decay on biases and BatchNorm/LayerNorm gamma, beta (1-D parameters), as MindCV and timm
     # by default; false decays every parameter.
     filter_bias_and_bn: bool = True
     schedule: Schedule = Schedule.cosine
-    warmup_epochs: float = 0.0  # linear ramp to lr; the schedule starts when it ends (not onecycle)
-    min_lr: float = 0.0  # cosine, onecycle: the last step's rate
-    step_epochs: float = 30.0  # step: multiply by gamma every step_epochs epochs
-    gamma: float = 0.1  # step, multistep: factor per decay; exponential: factor per epoch
-    milestones: List[float] = field(default_factory=list)  # multistep: epochs (after warmup) at which to decay
-    pct_start: float = 0.3  # onecycle: share of the steps spent rising
-    div_factor: float = 25.0  # onecycle: the first rate is lr / div_factor
     # The train step (runner/amp/train_step.py), for every optimizer:
     clip_grad_norm: float = 0.0  # > 0: clip the unscaled gradients to this global L2 norm
     accumulate_steps: int = 1  # micro-batches whose mean gradient makes one optimizer update
     # Cells left out of the optimizer, BatchNorm statistics included (names, prefixes, globs, as amp.keep_fp32).
     freeze: List[str] = field(default_factory=list)
+
+
+def _options_dataclass(name: str, base: type, *registries) -> type:
+    """`base` plus every field an option of `registries` reads, each once (its declaration's default)."""
+    own = {f.name for f in fields(base)}
+    extra = [f for r in registries for f in r.fields() if f.name not in own]
+    taken = [f.name for f in extra]
+    if len(taken) != len(set(taken)):
+        raise ValueError(f"{name}: an optimizer and a schedule both declare one of {taken}")
+    return make_dataclass(
+        name,
+        [
+            (f.name, f.type, field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
+            for f in extra
+        ],
+        bases=(base,),
+        namespace={"__module__": __name__},
+    )
+
+
+if TYPE_CHECKING:
+    OptimConfig = OptimCommon
+else:
+    OptimConfig = _options_dataclass("OptimConfig", OptimCommon, OPTIMIZERS, SCHEDULES)
 
 
 @dataclass
@@ -388,4 +398,9 @@ def changes_graph(key: str) -> bool:
 
 def register() -> None:
     """Register the schema so conf/config.yaml can name it in its defaults list."""
-    ConfigStore.instance().store(name="base_config", node=Config)
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=Config)
+    # An installed package's optimizer has no YAML in conf/optim: its config group option is its defaults.
+    for name in OPTIMIZERS.names():
+        if OPTIMIZERS[name].defaults:
+            store.store(group="optim", name=name, node={"name": name, **OPTIMIZERS[name].defaults})

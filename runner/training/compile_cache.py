@@ -20,6 +20,7 @@ import socket
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from runner.config.optim_options import OPTIMIZERS, SCHEDULES
 from runner.config.schema import outside_graph
 
 log = logging.getLogger("runner")
@@ -60,12 +61,16 @@ def training_graphs(data, batch: int, total_steps: int, trains: bool, evaluates:
 
 
 def source_digest() -> str:
-    """A digest of the runner's own Python files (runner, models, datasets): they build the graphs; and of the
-    operators' C++ source (models/csrc), whose library each cached graph names."""
+    """A digest of the runner's own Python files (runner, models, datasets): they build the graphs; of the
+    operators' C++ source (models/csrc), whose library each cached graph names; and of the packages whose
+    optimizers and schedules are installed (runner/config/options.py): their builders build graphs too."""
     digest = hashlib.sha256()
     # runner/ is two folders up from here (not `import runner`: the package's __init__ is above every layer)
     roots = [Path(__file__).resolve().parents[1], *(Path(m.__file__).parent for m in _layers())]
-    for root in roots:
+    for root in [*roots, *OPTIMIZERS.installed_sources(), *SCHEDULES.installed_sources()]:
+        if root.is_file():  # an installed option's single-module package
+            digest.update(f"{root.name}\0".encode() + root.read_bytes())
+            continue
         for f in sorted([*root.rglob("*.py"), *root.glob("csrc/*.cc"), *root.glob("csrc/*.h")]):
             digest.update(f"{f.relative_to(root)}\0".encode() + f.read_bytes())
     return digest.hexdigest()

@@ -11,7 +11,8 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
-from runner.errors import ConfigError, UserError
+from runner.config.optim_options import OPTIMIZERS, SCHEDULES
+from runner.errors import UserError
 
 # mindcv (optim=lion) is the optional `zoo` extra: imported by the optimizer that needs it.
 
@@ -86,23 +87,38 @@ class WarmupSchedule(LearningRateSchedule):
         return self.learning_rate * self.factor(global_step)
 
 
+# The schedules' builders (runner/config/optim_options.py names them): each returns the schedule as a factor
+# of the peak rate over `steps` optimizer updates after warmup.
+
+
+def schedule_constant(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    return Constant()
+
+
+def schedule_cosine(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    return nn.CosineDecayLR(cfg.min_lr / cfg.lr, 1.0, max(1, steps))
+
+
+def schedule_step(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    # ExponentialDecayLR with is_stair is exactly step decay: gamma every decay_steps.
+    return nn.ExponentialDecayLR(1.0, cfg.gamma, max(1, int(round(cfg.step_epochs * updates_per_epoch))), True)
+
+
+def schedule_exponential(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    return nn.ExponentialDecayLR(1.0, cfg.gamma, max(1, int(round(updates_per_epoch))))  # gamma per epoch, smooth
+
+
+def schedule_multistep(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    return MultiStep([round(m * updates_per_epoch) for m in cfg.milestones], cfg.gamma)
+
+
+def schedule_onecycle(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
+    return OneCycle(steps, cfg.pct_start, cfg.div_factor, cfg.min_lr / cfg.lr)
+
+
 def schedule_factor(cfg, updates_per_epoch: float, steps: int) -> LearningRateSchedule:
     """The schedule as a factor of the peak rate over `steps` optimizer updates (after warmup)."""
-    kind = str(cfg.schedule)
-    if kind == "constant":
-        return Constant()
-    if kind == "cosine":
-        return nn.CosineDecayLR(cfg.min_lr / cfg.lr, 1.0, max(1, steps))
-    if kind == "step":
-        # ExponentialDecayLR with is_stair is exactly step decay: gamma every decay_steps.
-        return nn.ExponentialDecayLR(1.0, cfg.gamma, max(1, int(round(cfg.step_epochs * updates_per_epoch))), True)
-    if kind == "exponential":
-        return nn.ExponentialDecayLR(1.0, cfg.gamma, max(1, int(round(updates_per_epoch))))  # gamma per epoch, smooth
-    if kind == "multistep":
-        return MultiStep([round(m * updates_per_epoch) for m in cfg.milestones], cfg.gamma)
-    if kind == "onecycle":
-        return OneCycle(steps, cfg.pct_start, cfg.div_factor, cfg.min_lr / cfg.lr)
-    raise ConfigError(f"optim.schedule={kind} is not a schedule the runner knows.")
+    return SCHEDULES.builder(cfg.schedule)(cfg, updates_per_epoch, steps)
 
 
 def build_schedule(cfg, updates_per_epoch: float, total_updates: int) -> WarmupSchedule:
@@ -140,7 +156,10 @@ def host_rates(schedule: LearningRateSchedule, updates) -> np.ndarray:
         up = schedule.start + (1.0 - schedule.start) * 0.5 * (1.0 - np.cos(np.pi * rise))
         down = schedule.end + (1.0 - schedule.end) * 0.5 * (1.0 + np.cos(np.pi * fall))
         return np.where(u < schedule.up, up, down)
-    raise TypeError(f"no host formula for the schedule {type(schedule).__name__}")
+    if hasattr(schedule, "host_rates"):  # an installed package's schedule with a formula of its own
+        return np.asarray(schedule.host_rates(u), np.float64)
+    # Without one, the cell itself, step by step (a few ms a step): correct, for a package's schedule only.
+    return np.array([schedule_rates_at(schedule, int(x)) for x in u.reshape(-1)]).reshape(u.shape)
 
 
 class StepRates:
@@ -172,9 +191,14 @@ class StepRates:
         return float(self.rates[min(self.updates, len(self.rates) - 1)])
 
 
+def schedule_rates_at(schedule: LearningRateSchedule, step: int) -> float:
+    """The rate the cell itself computes at optimizer update `step`."""
+    return float(schedule(Tensor([step], mstype.int32)).asnumpy().reshape(-1)[0])
+
+
 def schedule_rates(schedule: LearningRateSchedule, steps: int) -> list:
     """The rate at steps 0..steps-1, for tests and plots (evaluated by the cell itself)."""
-    return [float(schedule(Tensor([s], mstype.int32)).asnumpy().reshape(-1)[0]) for s in range(steps)]
+    return [schedule_rates_at(schedule, s) for s in range(steps)]
 
 
 def exempt_from_decay(param) -> bool:
@@ -219,23 +243,35 @@ def build_optimizer(cfg, params, steps_per_epoch: int, total_steps: int):
     exempts biases and normalisation parameters from weight decay (MindCV's and timm's default)."""
     n = max(1, int(cfg.accumulate_steps))
     lr = build_schedule(cfg, steps_per_epoch / n, max(1, total_steps // n))
-    name = str(cfg.name)
     wd = float(cfg.weight_decay)
-    params = decay_groups(params, wd, bool(cfg.filter_bias_and_bn))
-    if name == "momentum":
-        return nn.Momentum(params, lr, cfg.momentum, weight_decay=wd, use_nesterov=cfg.nesterov)
-    if name == "sgd":
-        return nn.SGD(params, lr, momentum=cfg.momentum, weight_decay=wd, nesterov=cfg.nesterov)
-    if name == "adam":  # L2 weight decay, added to the gradient
-        return nn.Adam(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
-    if name == "adamw":  # decoupled weight decay (Loshchilov & Hutter)
-        return nn.AdamWeightDecay(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
-    if name == "lion":
-        # MindSpore's nn has no Lion; its nn.Lamb would be the other large-batch choice, but it does
-        # not run on CPU (docs/mindspore-notes.md#cpu-lamb).
-        try:
-            from mindcv.optim.lion import Lion
-        except ImportError:
-            raise UserError("optim=lion comes from MindCV: pip install -e '.[zoo]'.") from None
-        return Lion(params, lr, beta1=float(cfg.momentum), beta2=float(cfg.beta2), weight_decay=wd)
-    raise ConfigError(f"optim={name} is not an optimizer the runner knows.")
+    return OPTIMIZERS.builder(cfg.name)(cfg, decay_groups(params, wd, bool(cfg.filter_bias_and_bn)), lr, wd)
+
+
+# The optimizers' builders (runner/config/optim_options.py names them): (optim, parameter groups, schedule,
+# weight decay) -> a MindSpore optimizer.
+
+
+def build_momentum(cfg, params, lr, wd):
+    return nn.Momentum(params, lr, cfg.momentum, weight_decay=wd, use_nesterov=cfg.nesterov)
+
+
+def build_sgd(cfg, params, lr, wd):
+    return nn.SGD(params, lr, momentum=cfg.momentum, weight_decay=wd, nesterov=cfg.nesterov)
+
+
+def build_adam(cfg, params, lr, wd):  # L2 weight decay, added to the gradient
+    return nn.Adam(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
+
+
+def build_adamw(cfg, params, lr, wd):  # decoupled weight decay (Loshchilov & Hutter)
+    return nn.AdamWeightDecay(params, lr, beta1=cfg.momentum, beta2=cfg.beta2, eps=cfg.eps, weight_decay=wd)
+
+
+def build_lion(cfg, params, lr, wd):
+    # MindSpore's nn has no Lion; its nn.Lamb would be the other large-batch choice, but it does
+    # not run on CPU (docs/mindspore-notes.md#cpu-lamb).
+    try:
+        from mindcv.optim.lion import Lion
+    except ImportError:
+        raise UserError("optim=lion comes from MindCV: pip install -e '.[zoo]'.") from None
+    return Lion(params, lr, beta1=float(cfg.momentum), beta2=float(cfg.beta2), weight_decay=wd)
