@@ -98,18 +98,23 @@ def package(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "overrides, message",
+    "overrides, messages",
     [
-        (["optim=rmsprop", "optim.nesterov=true"], "optim.name=rmsprop does not use optim.nesterov=True"),
-        (["optim.rho=0.5"], "optim.name=momentum does not use optim.rho=0.5"),
-        (["optim.schedule=halving", "optim.min_lr=0.01"], "optim.schedule=halving does not use optim.min_lr=0.01"),
-        (["optim=rmsprop", "optim.rho=fast"], "optim.rho"),  # typed as its dataclass declares
+        (
+            ["optim=rmsprop", "optim.nesterov=true", "optim.schedule=halving", "optim.min_lr=0.001"],
+            ["optim.name=rmsprop does not use optim.nesterov=True", "optim.schedule=halving does not use optim.min_lr"],
+        ),
+        (
+            ["optim.rho=0.5", "optim.halve_epochs=2"],  # the defaults: momentum, cosine
+            ["optim.name=momentum does not use optim.rho=0.5", "optim.schedule=cosine does not use optim.halve_epochs"],
+        ),
     ],
 )
-def test_an_installed_options_fields_are_checked_as_the_runners_own(tmp_path, package, overrides, message):
+def test_an_installed_options_fields_are_checked_as_the_runners_own(tmp_path, package, overrides, messages):
     proc = run_cli(tmp_path, *TINY, *overrides, "dry_run=true", check=False, env=package)
     out = " ".join(proc.stderr.split())
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr and message in out, proc.stderr[-2000:]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert all(m in out for m in messages), proc.stderr[-2000:]
     # A package option that fails to load is left out with one line; the rest still works.
     assert "optim.schedule=broken left out" in proc.stderr
 
@@ -125,3 +130,8 @@ def test_an_installed_optimizer_and_schedule_train_and_are_recorded(tmp_path, pa
     # 44 steps, one update each: the rate halves at update 22 (0.5 epoch), read from the cell itself.
     assert np.allclose(m["lr_curve"][:22], 0.01) and np.allclose(m["lr_curve"][22:], 0.005), m["lr_curve"]
     assert m["final_loss"] < m["loss_curve"][0]
+    # Its field is typed as its dataclass declares it.
+    proc = run_cli(
+        tmp_path / "typo", *TINY, "optim=rmsprop", "optim.rho=fast", "dry_run=true", check=False, env=package
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "optim.rho" in proc.stderr, proc.stderr[-2000:]
