@@ -225,6 +225,21 @@ def test_non_finite_weights_are_never_published():
     message = str(error)
     assert "2 non-finite tensor(s)" in message and "0.weight" in message and "1.moving_variance" in message
     assert "model.ckpt was not written" in message and "optim.lr=1000" in message
+    assert "optim.lr=1000" in str(weights_failure(net, "/runs/x", 1000.0, "O2"))  # a weight moved: the update's
+
+
+def test_only_batchnorm_statistics_overflowing_under_amp_blame_float16_not_the_learning_rate():
+    # What amp=o2 with data.input_scale=1e5 did to a MindCV MobileNetV3 in a few steps: every loss finite
+    # (the loss scale absorbed the overflowing gradients), BatchNorm's running statistics inf.
+    from mindspore import nn
+
+    from runner.amp.guard import weights_failure
+
+    net = nn.SequentialCell(nn.Dense(2, 3), nn.BatchNorm1d(3))
+    net[1].moving_mean.set_data(ms_tensor(np.full(3, np.inf, np.float32)))
+    fp16 = str(weights_failure(net, "/runs/x", 0.1, "O2"))
+    assert "float16's largest value 65504" in fp16 and "amp.keep_fp32" in fp16 and "optim.lr" not in fp16
+    assert "optim.lr=0.1" in str(weights_failure(net, "/runs/x", 0.1, "O0"))  # FP32 statistics: the rate's
 
 
 def ms_tensor(a):

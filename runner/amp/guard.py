@@ -228,7 +228,7 @@ def nonfinite_weights(net) -> list:
     return [name for name, p in net.parameters_dict().items() if not np.isfinite(p.asnumpy()).all()]
 
 
-def weights_failure(net, run_dir: str, lr: float) -> Optional[NonFiniteTrainingError]:
+def weights_failure(net, run_dir: str, lr: float, amp_level: str = "O0") -> Optional[NonFiniteTrainingError]:
     """The error a run ends with when its final weights are not finite though no loss the guard saw was (a
     learning rate that large drives weights to inf between checks, or BatchNorm's statistics overflow): such
     weights are never published as model.ckpt, so evaluate, export and init_from never meet them."""
@@ -236,13 +236,24 @@ def weights_failure(net, run_dir: str, lr: float) -> Optional[NonFiniteTrainingE
     if not bad:
         return None
     shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    if amp_level != "O0" and all(n.endswith(("moving_mean", "moving_variance")) for n in bad):
+        # Only the running statistics: the activations they average overflowed float16; no update moved them.
+        cause = (
+            f"Only BatchNorm's running statistics are, and under amp={amp_level} that means the activations they "
+            "average exceed float16's largest value 65504 (an input scaled too large, or a layer that needs FP32), "
+            "not the learning rate: diagnose=on counts the non-finite values cell by cell, amp.keep_fp32=[<cell>] "
+            "keeps a layer in FP32, amp=o0 trains in FP32; start a new run."
+        )
+    else:
+        cause = (
+            f"A learning rate this large (optim.lr={lr:g}) drives weights to inf: lower optim.lr, add "
+            "optim.warmup_epochs or optim.clip_grad_norm, and start a new run."
+        )
     return NonFiniteTrainingError(
         f"Training ended with {len(bad)} non-finite tensor(s) in the weights ({shown}), though the losses the NaN "
         f"guard checked stayed finite, so model.ckpt was not written and the run is recorded as failed; "
         "metrics.json and any checkpoint saved while training (one is written only when finite) are kept in "
-        f"{run_dir}. A learning rate this large "
-        f"(optim.lr={lr:g}) drives weights to inf: lower optim.lr, add optim.warmup_epochs or optim.clip_grad_norm, "
-        "and start a new run."
+        f"{run_dir}. {cause}"
     )
 
 

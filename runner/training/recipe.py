@@ -504,7 +504,7 @@ class Recipe:
         if ema:
             step_cell.use_ema()  # the averaged weights are the ones evaluated and saved as model.ckpt
         if not failure:  # a finished run never publishes non-finite weights as its result
-            failure = weights_failure(self.net, self.env.run_dir, float(self.cfg.optim.lr))
+            failure = weights_failure(self.net, self.env.run_dir, float(self.cfg.optim.lr), str(used.amp_level_used))
         val, stopped = (
             final_validation(
                 self.validation_and_stop,
