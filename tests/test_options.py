@@ -57,6 +57,7 @@ PACKAGE = {
         HALVING = Option("halving", HalvingSettings, "my_options.build:halving", "x 0.5 every `halve_epochs`")
     """,
     "my_options/build.py": """
+        import numpy as np
         from mindspore import nn, ops
         from mindspore import dtype as mstype
         from mindspore.nn.learning_rate_schedule import LearningRateSchedule
@@ -64,13 +65,16 @@ PACKAGE = {
         def rmsprop(cfg, params, lr, wd):
             return nn.RMSProp(params, lr, decay=cfg.rho, weight_decay=wd)
 
-        class Halving(LearningRateSchedule):  # no host formula: the run evaluates the cell for its lr record
+        class Halving(LearningRateSchedule):
             def __init__(self, every):
                 super().__init__()
                 self.every = float(every)
 
             def construct(self, global_step):
                 return ops.pow(0.5, ops.floor(ops.cast(global_step, mstype.float32) / self.every))
+
+            def host_rates(self, updates):  # the lr record's formula: numpy, no graph
+                return 0.5 ** np.floor(updates / self.every)
 
         def halving(cfg, updates_per_epoch, steps):
             return Halving(max(1.0, round(cfg.halve_epochs * updates_per_epoch)))
@@ -127,7 +131,8 @@ def test_an_installed_optimizer_and_schedule_train_and_are_recorded(tmp_path, pa
     m = metrics(run)
     saved = (run / "config.yaml").read_text()
     assert "rho: 0.95" in saved and "halve_epochs: 0.5" in saved and "lr: 0.01" in saved  # its defaults file
-    # 44 steps, one update each: the rate halves at update 22 (0.5 epoch), read from the cell itself.
+    # 44 steps, one update each: the rate halves at update 22 (0.5 epoch); the record (the schedule's host_rates)
+    # against the cell the optimizer ran, in test_a_schedules_record_is_its_cells_rates below.
     assert np.allclose(m["lr_curve"][:22], 0.01) and np.allclose(m["lr_curve"][22:], 0.005), m["lr_curve"]
     assert m["final_loss"] < m["loss_curve"][0]
     # Its field is typed as its dataclass declares it.
@@ -135,3 +140,24 @@ def test_an_installed_optimizer_and_schedule_train_and_are_recorded(tmp_path, pa
         tmp_path / "typo", *TINY, "optim=rmsprop", "optim.rho=fast", "dry_run=true", check=False, env=package
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "optim.rho" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_schedules_record_is_its_cells_rates_and_one_without_a_formula_is_refused(package, monkeypatch):
+    from mindspore import ops
+    from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+    from runner.errors import UserError
+    from runner.training.optim import WarmupSchedule, host_rates, schedule_rates
+
+    monkeypatch.syspath_prepend(package["PYTHONPATH"])
+    from my_options.build import Halving
+
+    schedule = WarmupSchedule(0.01, Halving(5), 2)
+    assert np.allclose(host_rates(schedule, np.arange(20)), schedule_rates(schedule, 20))
+
+    class Bare(LearningRateSchedule):
+        def construct(self, global_step):
+            return ops.ones_like(global_step)
+
+    with pytest.raises(UserError, match="Bare has no host_rates"):
+        host_rates(WarmupSchedule(0.01, Bare(), 0), [0])

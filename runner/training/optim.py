@@ -124,7 +124,9 @@ def schedule_factor(cfg, updates_per_epoch: float, steps: int) -> LearningRateSc
 def build_schedule(cfg, updates_per_epoch: float, total_updates: int) -> WarmupSchedule:
     """The run's learning-rate schedule over `total_updates` optimizer updates."""
     warmup = int(round(cfg.warmup_epochs * updates_per_epoch))
-    return WarmupSchedule(cfg.lr, schedule_factor(cfg, updates_per_epoch, total_updates - warmup), warmup)
+    schedule = WarmupSchedule(cfg.lr, schedule_factor(cfg, updates_per_epoch, total_updates - warmup), warmup)
+    host_rates(schedule, [0])  # one the lr record cannot follow is refused here, before anything trains
+    return schedule
 
 
 def host_rates(schedule: LearningRateSchedule, updates) -> np.ndarray:
@@ -156,10 +158,14 @@ def host_rates(schedule: LearningRateSchedule, updates) -> np.ndarray:
         up = schedule.start + (1.0 - schedule.start) * 0.5 * (1.0 - np.cos(np.pi * rise))
         down = schedule.end + (1.0 - schedule.end) * 0.5 * (1.0 + np.cos(np.pi * fall))
         return np.where(u < schedule.up, up, down)
-    if hasattr(schedule, "host_rates"):  # an installed package's schedule with a formula of its own
-        return np.asarray(schedule.host_rates(u), np.float64)
-    # Without one, the cell itself, step by step (a few ms a step): correct, for a package's schedule only.
-    return np.array([schedule_rates_at(schedule, int(x)) for x in u.reshape(-1)]).reshape(u.shape)
+    if hasattr(schedule, "host_rates"):  # an installed package's schedule brings its own formula
+        return np.asarray(schedule.host_rates(u), np.float64).reshape(u.shape)
+    # Not the cell itself: called in graph mode it would compile a graph of its own inside the run's sequence
+    # of compiles (the compile count, and the order the compile cache hands graphs out in).
+    raise UserError(
+        f"The learning-rate schedule {type(schedule).__name__} has no host_rates(updates) method: the runner "
+        "records each step's rate with it, without running a graph (CONTRIBUTING.md, adding a schedule)."
+    )
 
 
 class StepRates:
@@ -191,14 +197,9 @@ class StepRates:
         return float(self.rates[min(self.updates, len(self.rates) - 1)])
 
 
-def schedule_rates_at(schedule: LearningRateSchedule, step: int) -> float:
-    """The rate the cell itself computes at optimizer update `step`."""
-    return float(schedule(Tensor([step], mstype.int32)).asnumpy().reshape(-1)[0])
-
-
 def schedule_rates(schedule: LearningRateSchedule, steps: int) -> list:
     """The rate at steps 0..steps-1, for tests and plots (evaluated by the cell itself)."""
-    return [schedule_rates_at(schedule, s) for s in range(steps)]
+    return [float(schedule(Tensor([s], mstype.int32)).asnumpy().reshape(-1)[0]) for s in range(steps)]
 
 
 def exempt_from_decay(param) -> bool:
