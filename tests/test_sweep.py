@@ -4,7 +4,7 @@ import csv
 import json
 
 import pytest
-from conftest import metrics, run_cli, run_in_process
+from conftest import cli_in_process, metrics, run_cli, run_in_process
 
 ISA = "device.cpu_isa_cap"
 
@@ -294,3 +294,14 @@ def test_the_sweep_chart_compares_what_varies_with_its_labels_inside_the_figure(
     assert "| #0 | mode=pynative | ok | 0.9000 | 0.3000 | - |" in __import__(
         "runner.report.sweep"
     ).report.sweep.markdown(rows, [])
+
+
+def test_a_dry_run_sweep_checks_its_jobs_in_the_sweeps_process_and_records_the_failed_one(tmp_path):
+    # A dry run measures nothing, so its jobs skip the fresh process a measured job gets (~4 s each).
+    proc = cli_in_process("-m", f"hydra.sweep.dir={tmp_path}", "optim.min_lr=0.05", "optim.lr=0.01,0.1", "dry_run=true")
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert "Launching 2 jobs, in this process (dry run)" in proc.stdout + proc.stderr
+    failed = json.loads((tmp_path / "0" / "failed.json").read_text())
+    assert failed["error_type"] == "ConfigError" and "optim.min_lr must be at least 0 and below" in failed["error"]
+    rows = {r["label"]: r["status"] for r in csv.DictReader(open(tmp_path / "summary.csv"))}
+    assert rows["optim.lr=0.1"] == "validated" and rows["optim.lr=0.01"].startswith("failed")
