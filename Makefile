@@ -10,7 +10,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@# uv resolves the same versions as pip in about a quarter of the time (measured on a clean cache:
 	@# 46 s against ~160 s for pip); pip stays the fallback where uv cannot be installed.
-	($(PY) -m pip install -q uv && $(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]') \
+	@# --compile-bytecode: uv, unlike pip, writes no .pyc files, and where PYTHONDONTWRITEBYTECODE is set (as on
+	@# this project's machines) Python writes none either, so every process compiled MindSpore's ~2,000 modules from source:
+	@# 3 s of each command (a TINY run 12.8 s -> 9.8 s on 2 cores), against ~45 s once here.
+	($(PY) -m pip install -q uv && $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev]') \
 	  || $(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -4,8 +4,11 @@ Each source also reports every sample's (height, width) on disk, so the `padding
 buckets, group same-size samples and report its padding cost before a single image is decoded.
 """
 
+import gzip
+import importlib.util
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import mindspore.dataset as ds
@@ -72,13 +75,27 @@ def _from_arrays(images, labels, cfg, seed, num_classes):
     )
 
 
-def digits(cfg, seed):
-    """scikit-learn's bundled 8x8 digits, pixel values 0..16 scaled to 0..255."""
+def digits_arrays():
+    """(images N x 8 x 8 of 0..16, labels) of scikit-learn's bundled digits, read from its file as load_digits
+    reads it: importing scikit-learn took 2.6 s of every digits run (a TINY run is ~15 s), and nothing else
+    here needs it. load_digits where the file is not where this scikit-learn keeps it."""
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    found = [Path(p) / "datasets" / "data" / "digits.csv.gz" for p in (spec and spec.submodule_search_locations) or []]
+    if found and found[0].is_file():
+        with gzip.open(found[0]) as f:
+            data = np.loadtxt(f, delimiter=",")
+        return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    images = np.clip(d.images * 16, 0, 255).astype(np.uint8)[..., None]
-    return _from_arrays(images, d.target, cfg, seed, 10)
+    return d.images, d.target
+
+
+def digits(cfg, seed):
+    """scikit-learn's bundled 8x8 digits, pixel values 0..16 scaled to 0..255."""
+    images, labels = digits_arrays()
+    images = np.clip(images * 16, 0, 255).astype(np.uint8)[..., None]
+    return _from_arrays(images, labels, cfg, seed, 10)
 
 
 def synthetic(cfg, seed):
@@ -536,9 +553,7 @@ def training_overlap(trained, trained_seed: int, evaluated, eval_seed: int) -> O
         ):
             return None  # generated from other settings: other samples
         if name == "digits":
-            from sklearn.datasets import load_digits
-
-            n = len(load_digits().target)
+            n = len(digits_arrays()[1])
         else:
             n = int(evaluated.num_samples)
         train, _ = _split(n, trained.val_fraction, trained_seed)

@@ -305,3 +305,14 @@ def test_skip_bad_samples_trains_and_reports_them(tmp_path, tiny):
     m = metrics(tmp_path / "run")
     assert m["skipped_samples"] == [str(victim)]
     assert m["train_samples"] == 23 and m["final_loss"] > 0
+
+
+def test_the_digits_read_from_scikit_learns_file_are_load_digits_own():
+    # Read without importing scikit-learn (2.6 s of every digits run): the same images and labels, in order.
+    from sklearn.datasets import load_digits
+
+    from runner.datasets.sources import digits_arrays
+
+    images, labels = digits_arrays()
+    d = load_digits()
+    assert np.array_equal(images, d.images) and np.array_equal(labels, d.target) and images.shape == (1797, 8, 8)
